@@ -1,0 +1,112 @@
+"""Start and stop a real Prometheus server on loopback, and query it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape_config(*targets: str, interval: str = "1s") -> str:
+    """honor_labels keeps the exporter's own instance/job labels, as node-exporter presets expect."""
+    listed = ", ".join(f"'{t}'" for t in targets)
+    return (f"global: {{scrape_interval: {interval}, scrape_timeout: {interval}, "
+            f"evaluation_interval: {interval}}}\n"
+            "scrape_configs:\n"
+            "  - job_name: exporter\n"
+            "    honor_labels: true\n"
+            f"    static_configs: [{{targets: [{listed}]}}]\n")
+
+
+class PrometheusServer:
+    def __init__(self, workdir: str, config_text: str, data_dir: str | None = None) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = os.path.join(workdir, "prometheus.yml")
+        with open(config, "w", encoding="utf-8") as handle:
+            handle.write(config_text)
+        self._log = open(os.path.join(workdir, "prometheus.log"), "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}",
+             f"--storage.tsdb.path={data_dir or os.path.join(workdir, 'data')}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+            stdout=self._log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("prometheus exited: " + self.read_log())
+            try:
+                with urllib.request.urlopen(self.url + "/-/ready", timeout=1) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError("prometheus not ready: " + self.read_log())
+
+    def read_log(self) -> str:
+        with open(self._log.name, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        url = self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            result: list[dict[str, Any]] = json.load(reply)["data"]["result"]
+            return result
+
+    def wait_for(self, expr: str, predicate: Callable[[list[dict[str, Any]]], bool],
+                 timeout: float = 20.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.query(expr)
+            if predicate(result):
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting on {expr!r}; last result {result}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def backfill(workdir: str, openmetrics_text: str) -> str:
+    """Write an OpenMetrics document into TSDB blocks with promtool; returns the data dir."""
+    source = os.path.join(workdir, "backfill.om")
+    data = os.path.join(workdir, "data")
+    with open(source, "w", encoding="utf-8") as handle:
+        handle.write(openmetrics_text)
+    subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "-q", source, data],
+                   check=True, capture_output=True)
+    return data

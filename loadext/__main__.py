@@ -1,0 +1,3 @@
+from loadext.cli import main
+
+raise SystemExit(main())

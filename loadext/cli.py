@@ -1,0 +1,240 @@
+"""Command line: serve, check-config, explain."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any
+
+import orjson
+
+from loadext import __version__
+from loadext.config import ConfigError, load_config, parse_duration
+from loadext.extender import Extender
+from loadext.telemetry import Telemetry
+
+log = logging.getLogger("loadext")
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """'HOST:PORT', '[::1]:PORT' or ':PORT' (all interfaces)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def parse_size(value: str) -> int:
+    """'256Mi', '64M', '1Gi' or plain bytes."""
+    units = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "K": 1000, "M": 1000**2, "G": 1000**3}
+    for suffix, factor in units.items():
+        if value.endswith(suffix) and value[: -len(suffix)].isdigit():
+            return int(value[: -len(suffix)]) * factor
+    if value.isdigit():
+        return int(value)
+    raise argparse.ArgumentTypeError(f"{value!r} is not a size such as 256Mi")
+
+
+def _duration(value: str) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loadext", description="Load-aware scheduling extender for kube-scheduler."
+    )
+    parser.add_argument("--version", action="version", version=f"loadext {__version__}")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the extender HTTP server")
+    serve.add_argument("--config", required=True, help="YAML config file (a mounted ConfigMap key)")
+    serve.add_argument(
+        "--listen",
+        type=parse_listen,
+        default=("0.0.0.0", 8888),
+        help="HOST:PORT to listen on (default 0.0.0.0:8888)",
+    )
+    serve.add_argument(
+        "--path-prefix", default="/", help="path before the verbs, matching urlPrefix (default /)"
+    )
+    serve.add_argument(
+        "--max-body-size",
+        type=parse_size,
+        default="256Mi",
+        help="largest request body accepted (default 256Mi; non-cache requests carry ~7.5 KB per node)",
+    )
+    serve.add_argument(
+        "--reload-interval",
+        type=_duration,
+        default="2s",
+        help="how often the config file is checked for changes (default 2s)",
+    )
+    serve.add_argument(
+        "--kubeconfig",
+        help="kubeconfig for bind and node watch (default: in-cluster service account when running in a pod)",
+    )
+    serve.add_argument(
+        "--watch-nodes",
+        action="store_true",
+        help="list/watch Nodes for address identities with nodeCacheCapable: true",
+    )
+
+    check = commands.add_parser("check-config", help="validate a config file; exit 1 on errors")
+    check.add_argument("file")
+
+    explain = commands.add_parser(
+        "explain", help="query Prometheus once and show every node's values, verdict and score"
+    )
+    explain.add_argument("--config", required=True)
+    explain.add_argument("--output", choices=["table", "json"], default="table")
+    explain.add_argument("--kubeconfig", help="list Nodes from this cluster (for address identities)")
+    explain.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        help="a node name to include even if no series names it (repeatable)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        if args.command == "check-config":
+            config = load_config(args.file)
+            print(
+                f"{args.file}: ok (hash {config.hash}, signals: {', '.join(s.name for s in config.signals)})"
+            )
+            return 0
+        if args.command == "explain":
+            return _explain(args)
+        return _serve(args)
+    except ConfigError as exc:
+        print(f"{exc.source}: invalid config", file=sys.stderr)
+        for error in exc.errors:
+            print(f"  {error}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from loadext import kube
+    from loadext.refresher import Refresher
+    from loadext.reload import ConfigFileWatcher
+    from loadext.server import Runtime, create_app
+
+    with open(args.config, encoding="utf-8") as handle:
+        text = handle.read()
+    config = load_config(args.config)
+    telemetry = Telemetry()
+    telemetry.config_reloads.labels("success").inc()
+    extender = Extender(config, telemetry)
+    refresher = Refresher(extender)
+
+    def apply(new_config: Any) -> None:
+        extender.apply_config(new_config)
+        refresher.poke()
+
+    runtime = Runtime(
+        extender=extender,
+        refresher=refresher,
+        config_watcher=ConfigFileWatcher(args.config, text, apply, telemetry, args.reload_interval),
+        kube_api=kube.api_client(args.kubeconfig)
+        if (args.kubeconfig or config.bind_enabled or args.watch_nodes)
+        else None,
+        watch_nodes=args.watch_nodes,
+    )
+    app = create_app(runtime, args.path_prefix, args.max_body_size)
+    host, port = args.listen
+    log.info(
+        "loadext %s serving on %s:%d%s (config hash %s)",
+        __version__,
+        host,
+        port,
+        args.path_prefix,
+        config.hash,
+    )
+    web.run_app(app, host=host, port=port, access_log=None, print=None, shutdown_timeout=10)
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from loadext import kube
+    from loadext.refresher import Refresher
+
+    config = load_config(args.config)
+    extender = Extender(config, Telemetry())
+    api = kube.api_client(args.kubeconfig) if args.kubeconfig else None
+    if api is not None:
+        for node in api.list_node().items:
+            extender.directory.upsert(node.metadata.name, kube.node_addresses(node))
+    for name in args.node:
+        extender.directory.observe(name)
+    refresher = Refresher(extender)
+
+    async def once() -> None:
+        await refresher.refresh_once()
+
+    asyncio.run(once())
+    refresher.close()
+    report = extender.explain()
+    if args.output == "json":
+        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(format_explain(report))
+    return 0
+
+
+def format_explain(report: dict[str, Any]) -> str:
+    """The table an SRE reads when asking "why not this node"."""
+    signals = [s["name"] for s in report["signals"]]
+    header = ["NODE", *(s.upper() for s in signals), "VERDICT", "SCORE", "REASON"]
+    rows = [header]
+    for node in report["nodes"]:
+        cells = [node["node"]]
+        for signal in signals:
+            sample = node["signals"].get(signal)
+            cells.append(f"{sample['value'] * 100:.0f}% ({sample['age']:.0f}s)" if sample else "-")
+        cells += [node["verdict"], str(node["score"]), node["reason"] or "-"]
+        rows.append(cells)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    thresholds = ", ".join(
+        f"{s['name']} {'-' if s['threshold'] is None else format(s['threshold'] * 100, 'g') + '%'}"
+        for s in report["signals"]
+    )
+    lines.append("")
+    lines.append(
+        f"thresholds: {thresholds}; strategy {report['strategy']}; missingData "
+        f"{report['missingData']}; failurePolicy {report['failurePolicy']}; "
+        f"config {report['configHash']}"
+    )
+    if report["degraded"]:
+        lines.append("DEGRADED: no fresh data from Prometheus; the failure policy decides every node")
+    for s in report["signals"]:
+        if s["unmappedNodes"]:
+            lines.append(
+                f"{s['name']}: {len(s['unmappedNodes'])} nodes without a series: "
+                + ", ".join(s["unmappedNodes"][:10])
+            )
+        if s["unmatchedSeries"]:
+            lines.append(
+                f"{s['name']}: {len(s['unmatchedSeries'])} series match no node: "
+                + ", ".join(s["unmatchedSeries"][:10])
+            )
+    return "\n".join(lines)

@@ -1,0 +1,421 @@
+"""The SRE-facing configuration: parsing, validation and the effective, immutable Config.
+
+Validation is strict on purpose. A typo in a ConfigMap that is silently ignored ("treshold")
+leaves a cluster scheduling with defaults nobody chose; so unknown keys are errors, and every
+error names the field path and the line it came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+import yaml
+
+from loadext.presets import DEFAULT_THRESHOLDS, PRESETS
+
+T = TypeVar("T")
+
+MISSING_DATA_POLICIES = ("pass", "reject")
+FAILURE_POLICIES = ("open", "closed")
+STRATEGIES = ("leastLoaded", "targetUtilization")
+REJECTION_KINDS = ("unresolvable", "unschedulable")
+IDENTITY_KINDS = ("name", "address")
+_SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    url: str
+    timeout: float = 2.0
+    bearer_token_file: str | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One PromQL instant query yielding a 0..1 utilisation per node."""
+
+    name: str
+    query: str
+    threshold: float | None
+    weight: float
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    label: str
+    kind: str  # "name": the label holds the node name; "address": IP[:port] of an InternalIP
+
+
+@dataclass(frozen=True)
+class Scoring:
+    strategy: str = "leastLoaded"
+    target_utilization: float = 0.6
+
+
+@dataclass(frozen=True)
+class Config:
+    prometheus: PrometheusConfig
+    signals: tuple[Signal, ...]
+    node_identity: NodeIdentity
+    preset: str | None = None
+    refresh_interval: float = 15.0
+    max_data_age: float = 60.0
+    missing_data: str = "pass"
+    failure_policy: str = "open"
+    scoring: Scoring = field(default_factory=Scoring)
+    rejected_nodes: str = "unresolvable"
+    bind_enabled: bool = False
+    per_node_metrics: bool = True
+
+    @property
+    def hash(self) -> str:
+        """A short digest of the effective config, so dashboards can show which one is live."""
+        canonical = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(canonical).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class FieldError:
+    path: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line else ""
+        return f"{where}{self.path}: {self.message}"
+
+
+class ConfigError(ValueError):
+    """Every problem found in one config document, each naming its field and line."""
+
+    def __init__(self, errors: list[FieldError], source: str = "config") -> None:
+        self.errors = errors
+        self.source = source
+        super().__init__(f"{source}: " + "; ".join(str(e) for e in errors))
+
+
+# --- YAML with line numbers -------------------------------------------------------------------
+
+
+class _LineDict(dict[str, Any]):
+    """A mapping that remembers the line of each key, so errors can point at it."""
+
+    line: int = 0
+    lines: dict[str, int]
+
+
+class _LineList(list[Any]):
+    line: int = 0
+    lines: list[int]
+
+
+class _LineLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _LineDict:
+    mapping = _LineDict()
+    mapping.line = node.start_mark.line + 1
+    mapping.lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if not isinstance(key, str):
+            raise yaml.MarkedYAMLError(
+                problem=f"key {key!r} is not a string", problem_mark=key_node.start_mark
+            )
+        if key in mapping:
+            raise yaml.MarkedYAMLError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
+        mapping[key] = loader.construct_object(value_node, deep=True)
+        mapping.lines[key] = line
+    return mapping
+
+
+def _construct_sequence(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> _LineList:
+    seq = _LineList(loader.construct_object(child, deep=True) for child in node.value)
+    seq.line = node.start_mark.line + 1
+    seq.lines = [child.start_mark.line + 1 for child in node.value]
+    return seq
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+# --- durations ---------------------------------------------------------------------------------
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Parse a Go/Kubernetes duration ("15s", "1m30s", "250ms") into seconds."""
+    if not isinstance(text, str) or not text:
+        raise ValueError("must be a duration string such as 15s or 1m30s")
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text):
+        raise ValueError(f"{text!r} is not a duration (use units h, m, s, ms: e.g. 15s, 1m30s)")
+    return total
+
+
+# --- field reader ------------------------------------------------------------------------------
+
+
+class _Section:
+    """Reads the keys of one mapping, recording errors instead of stopping at the first."""
+
+    def __init__(self, data: Any, path: str, errors: list[FieldError], line: int | None) -> None:
+        self.path = path
+        self.errors = errors
+        self.line = getattr(data, "line", line)
+        self.valid = isinstance(data, dict)
+        self.absent = data is None
+        if data is not None and not self.valid:
+            self.errors.append(FieldError(path or "<document>", self.line, "must be a mapping"))
+        self.data: dict[str, Any] = data if self.valid else {}
+        self.lines: dict[str, int] = getattr(data, "lines", {}) if self.valid else {}
+        self.seen: set[str] = set()
+
+    def child_path(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def error(self, key: str, message: str) -> None:
+        self.errors.append(FieldError(self.child_path(key), self.lines.get(key, self.line), message))
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def get(self, key: str, convert: Callable[[Any], T], default: T) -> T:
+        self.seen.add(key)
+        raw = self.data.get(key)
+        if raw is None:
+            return default
+        try:
+            return convert(raw)
+        except (TypeError, ValueError) as exc:
+            self.error(key, str(exc))
+            return default
+
+    def section(self, key: str) -> _Section:
+        self.seen.add(key)
+        return _Section(self.data.get(key), self.child_path(key), self.errors, self.lines.get(key, self.line))
+
+    def raw(self, key: str) -> Any:
+        self.seen.add(key)
+        return self.data.get(key)
+
+    def finish(self) -> None:
+        for key in self.data:
+            if key not in self.seen:
+                known = ", ".join(sorted(self.seen))
+                self.error(key, f"unknown key (known keys here: {known})")
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a number, got {value!r}")
+    return float(value)
+
+
+def _positive_duration(value: Any) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError("must be greater than zero")
+    return seconds
+
+
+def _ratio(value: Any) -> float:
+    number = _number(value)
+    if not 0 < number <= 1:
+        raise ValueError(f"must be a ratio in (0, 1], got {number}")
+    return number
+
+
+def _weight(value: Any) -> float:
+    number = _number(value)
+    if number < 0:
+        raise ValueError(f"must be zero or positive, got {number}")
+    return number
+
+
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        if value not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}; got {value!r}")
+        return str(value)
+
+    return convert
+
+
+def _url(value: Any) -> str:
+    text = _string(value)
+    if not re.match(r"^https?://[^/\s]+", text):
+        raise ValueError(f"must be an http:// or https:// URL, got {text!r}")
+    return text.rstrip("/")
+
+
+# --- document ----------------------------------------------------------------------------------
+
+
+def parse_config(text: str, source: str = "config") -> Config:
+    """Parse and validate a YAML config document, or raise ConfigError listing every problem."""
+    try:
+        data = yaml.load(text, Loader=_LineLoader)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        raise ConfigError([FieldError("<document>", line, f"invalid YAML: {exc.problem}")], source) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError([FieldError("<document>", None, f"invalid YAML: {exc}")], source) from exc
+    errors: list[FieldError] = []
+    if data is None:
+        data = _LineDict()
+        data.lines = {}
+    document = _Section(data, "", errors, 1)
+    if not document.valid:
+        raise ConfigError(errors, source)
+    config = _build(document)
+    if errors:
+        raise ConfigError(errors, source)
+    return config
+
+
+def load_config(path: str) -> Config:
+    with open(path, encoding="utf-8") as handle:
+        return parse_config(handle.read(), source=path)
+
+
+def _build(doc: _Section) -> Config:
+    prom = doc.section("prometheus")
+    if not prom.has("url") and (prom.valid or prom.absent):
+        doc.errors.append(FieldError("prometheus.url", prom.line, "is required"))
+    prometheus = PrometheusConfig(
+        url=prom.get("url", _url, ""),
+        timeout=prom.get("timeout", _positive_duration, 2.0),
+        bearer_token_file=prom.get("bearerTokenFile", _string, None),
+        ca_file=prom.get("caFile", _string, None),
+        insecure_skip_verify=prom.get("insecureSkipVerify", _boolean, False),
+    )
+    prom.finish()
+
+    preset_name = doc.get("preset", _choice(*PRESETS), None)
+    preset = PRESETS.get(preset_name) if preset_name else None
+
+    ident = doc.section("nodeIdentity")
+    identity = NodeIdentity(
+        label=ident.get("label", _string, preset.identity_label if preset else "node"),
+        kind=ident.get("kind", _choice(*IDENTITY_KINDS), preset.identity_kind if preset else "name"),
+    )
+    ident.finish()
+
+    refresh = doc.get("refreshInterval", _positive_duration, 15.0)
+    max_age = doc.get("maxDataAge", _positive_duration, 60.0)
+    if max_age < refresh and doc.has("maxDataAge"):
+        doc.error(
+            "maxDataAge",
+            f"must be at least refreshInterval ({refresh:g}s), or data "
+            "expires before the next refresh can renew it",
+        )
+
+    signals = _signals(doc, preset.queries if preset else {})
+
+    scoring_section = doc.section("scoring")
+    scoring = Scoring(
+        strategy=scoring_section.get("strategy", _choice(*STRATEGIES), "leastLoaded"),
+        target_utilization=scoring_section.get("targetUtilization", _ratio, 0.6),
+    )
+    scoring_section.finish()
+
+    bind = doc.section("bind")
+    bind_enabled = bind.get("enabled", _boolean, False)
+    bind.finish()
+    telemetry = doc.section("telemetry")
+    per_node = telemetry.get("perNodeMetrics", _boolean, True)
+    telemetry.finish()
+
+    config = Config(
+        prometheus=prometheus,
+        signals=signals,
+        node_identity=identity,
+        preset=preset_name,
+        refresh_interval=refresh,
+        max_data_age=max_age,
+        missing_data=doc.get("missingData", _choice(*MISSING_DATA_POLICIES), "pass"),
+        failure_policy=doc.get("failurePolicy", _choice(*FAILURE_POLICIES), "open"),
+        scoring=scoring,
+        rejected_nodes=doc.get("rejectedNodes", _choice(*REJECTION_KINDS), "unresolvable"),
+        bind_enabled=bind_enabled,
+        per_node_metrics=per_node,
+    )
+    doc.finish()
+    return config
+
+
+def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...]:
+    """Preset signals first, then the user's entries: same name overrides, new name adds."""
+    merged: dict[str, dict[str, Any]] = {
+        name: {"query": query, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0}
+        for name, query in preset_queries.items()
+    }
+    raw = doc.raw("signals")
+    if raw is not None and not isinstance(raw, list):
+        doc.error("signals", "must be a list of {name, query, threshold, weight}")
+        raw = None
+    user_names: set[str] = set()
+    for index, item in enumerate(raw or []):
+        path = f"signals[{index}]"
+        entry = _Section(item, path, doc.errors, raw.lines[index] if isinstance(raw, _LineList) else None)
+        if not entry.valid:
+            continue
+        name = entry.get("name", _string, "")
+        if not name:
+            entry.error("name", "is required")
+            entry.finish()
+            continue
+        if name in user_names:
+            entry.error("name", f"signal {name!r} is listed twice")
+        user_names.add(name)
+        if not _SIGNAL_NAME.match(name):
+            entry.error("name", "must match [a-z][a-z0-9_]* (it becomes a metric label)")
+        base = merged.get(name, {"query": None, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0})
+        if "threshold" in entry.data and entry.data["threshold"] is None:
+            base["threshold"] = None  # explicit null: score on this signal, never filter on it
+        merged[name] = {
+            "query": entry.get("query", _string, base["query"]),
+            "threshold": entry.get("threshold", _ratio, base["threshold"]),
+            "weight": entry.get("weight", _weight, base["weight"]),
+        }
+        if merged[name]["query"] is None:
+            entry.error("query", "is required (no preset provides a query for this signal)")
+        if merged[name]["threshold"] is None and merged[name]["weight"] == 0:
+            entry.error("weight", "is 0 and there is no threshold: this signal would do nothing")
+        entry.finish()
+    if not merged:
+        doc.error("signals", "no signals: give a preset or at least one signal")
+    return tuple(
+        Signal(name=name, query=spec["query"] or "", threshold=spec["threshold"], weight=spec["weight"])
+        for name, spec in merged.items()
+    )

@@ -1,0 +1,261 @@
+"""The extender's state and verbs, free of any web framework.
+
+It owns the live config, the snapshot cache, the node directory and the decision table, and
+answers filter, prioritize and preempt from memory. The aiohttp glue (server.py) and the
+background refresher (refresher.py) sit on either side of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadext.config import Config
+from loadext.nodes import NodeDirectory, normalise_address
+from loadext.policy import DecisionTable, Verdict, build_table
+from loadext.protocol import (
+    CandidateNode,
+    ExtenderArgs,
+    PreemptionArgs,
+    encode_filter_result,
+    encode_host_priority_list,
+    encode_preemption_result,
+)
+from loadext.snapshot import SnapshotCache
+from loadext.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MappingReport:
+    """Per signal: known nodes without a series, and series that match no known node."""
+
+    unmapped_nodes: tuple[str, ...] = ()
+    unmatched_series: tuple[str, ...] = ()
+
+
+@dataclass
+class Extender:
+    config: Config
+    telemetry: Telemetry
+    clock: Callable[[], float] = time.time
+    directory: NodeDirectory = field(default_factory=NodeDirectory)
+    cache: SnapshotCache = field(init=False)
+    mapping: dict[str, MappingReport] = field(default_factory=dict)
+    refreshed_once: bool = False
+    _table: DecisionTable | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.cache = SnapshotCache(self.config.max_data_age, clock=self.clock)
+        self._config_applied()
+
+    # --- config ---------------------------------------------------------------------------
+
+    def apply_config(self, config: Config) -> None:
+        """Swap in a validated config; the next request decides with it."""
+        self.config = config
+        self.cache.set_max_age(config.max_data_age)
+        self.cache.forget_signals_except({s.name for s in config.signals})
+        self.cache.rebuild()
+        self._config_applied()
+
+    def _config_applied(self) -> None:
+        self._table = None
+        self.telemetry.prepare_signals(s.name for s in self.config.signals)
+        self.telemetry.set_config_hash(self.config.hash)
+        self.telemetry.export_node_signals(self.node_signals if self.config.per_node_metrics else None)
+
+    @property
+    def ready(self) -> bool:
+        """Ready once a first refresh round ended: with data, or with the failure policy in force."""
+        return self.refreshed_once
+
+    # --- decisions ------------------------------------------------------------------------
+
+    def table(self) -> DecisionTable:
+        now = self.clock()
+        table = self._table
+        snapshot = self.cache.snapshot
+        if (
+            table is None
+            or table.snapshot_version != snapshot.version
+            or table.config_hash != self.config.hash
+            or now >= table.valid_until
+        ):
+            table = build_table(snapshot, self.config, now)
+            self._table = table
+            self.telemetry.degraded.set(1 if table.degraded else 0)
+        return table
+
+    def identity(self, node: CandidateNode, table: DecisionTable) -> str | None:
+        if self.config.node_identity.kind == "name":
+            return node.name
+        ips = [ip for ip in (normalise_address(a) for a in node.addresses) if ip]
+        ips = ips or list(self.directory.addresses(node.name))
+        for ip in ips:
+            if ip in table.by_identity:
+                return ip
+        return ips[0] if ips else None
+
+    def verdicts(self, nodes: Iterable[CandidateNode]) -> list[tuple[CandidateNode, Verdict]]:
+        table = self.table()
+        out = []
+        for node in nodes:
+            self.directory.observe(node.name, node.addresses)
+            out.append((node, table.verdict(self.identity(node, table))))
+        return out
+
+    def filter(self, args: ExtenderArgs) -> bytes:
+        exempt = args.pod is not None and args.pod.is_daemonset
+        passed: list[CandidateNode] = []
+        rejected: dict[str, str] = {}
+        causes: Tally[tuple[str, str]] = Tally()
+        for node, verdict in self.verdicts(args.nodes):
+            if verdict.passed or exempt:
+                passed.append(node)
+            else:
+                rejected[node.name] = verdict.reason
+                causes.update(verdict.rejected_by)
+        self._count_rejections(causes)
+        self.telemetry.filtered_nodes.labels("passed").inc(len(passed))
+        self.telemetry.filtered_nodes.labels("rejected").inc(len(rejected))
+        if args.nodes and not passed:
+            self.telemetry.no_fit.inc()
+        unresolvable = self.config.rejected_nodes == "unresolvable"
+        return encode_filter_result(
+            args,
+            passed,
+            failed={} if unresolvable else rejected,
+            unresolvable=rejected if unresolvable else {},
+        )
+
+    def prioritize(self, args: ExtenderArgs) -> bytes:
+        scores = [(node.name, verdict.score) for node, verdict in self.verdicts(args.nodes)]
+        for _, score in scores:
+            self.telemetry.scores.observe(score)
+        return encode_host_priority_list(scores)
+
+    def preempt(self, args: PreemptionArgs) -> bytes:
+        """Keep the scheduler's victims, but only on nodes loadext's filter would accept."""
+        if args.pod is not None and args.pod.is_daemonset:
+            return encode_preemption_result(args.victims)
+        nodes = [CandidateNode(name, (), None) for name in args.victims]
+        causes: Tally[tuple[str, str]] = Tally()
+        kept = {}
+        for node, verdict in self.verdicts(nodes):
+            if verdict.passed:
+                kept[node.name] = args.victims[node.name]
+            else:
+                causes.update(verdict.rejected_by)
+        self._count_rejections(causes)
+        return encode_preemption_result(kept)
+
+    def _count_rejections(self, causes: Tally[tuple[str, str]]) -> None:
+        for (signal, cause), count in causes.items():
+            self.telemetry.node_rejections.labels(signal, cause).inc(count)
+
+    # --- observability --------------------------------------------------------------------
+
+    def node_signals(self) -> Iterable[tuple[str, str, float]]:
+        """(node, signal, ratio) for /metrics; series that match no node keep their identity."""
+        kind = self.config.node_identity.kind
+        for identity, samples in self.cache.snapshot.by_identity.items():
+            node = self.directory.node_for_identity(identity, kind) or identity
+            for signal, sample in samples.items():
+                yield node, signal, sample.value
+
+    def update_mapping(self) -> None:
+        """Recount which known nodes lack series and which series name no node; log changes."""
+        kind = self.config.node_identity.kind
+        known = self.directory.names()
+        snapshot = self.cache.snapshot
+        reports = {}
+        for signal in self.config.signals:
+            identities = {i for i, s in snapshot.by_identity.items() if signal.name in s}
+            mapped = {self.directory.node_for_identity(i, kind) for i in identities}
+            unmatched = sorted(i for i in identities if self.directory.node_for_identity(i, kind) is None)
+            report = MappingReport(
+                unmapped_nodes=tuple(sorted(known - {m for m in mapped if m})),
+                unmatched_series=tuple(unmatched) if known else (),
+            )
+            previous = self.mapping.get(signal.name)
+            if previous != report and (report.unmapped_nodes or report.unmatched_series):
+                log.warning(
+                    "signal %s: %d known nodes have no series (%s); %d series match no node (%s); "
+                    "check nodeIdentity (label %r, kind %s)",
+                    signal.name,
+                    len(report.unmapped_nodes),
+                    _sample(report.unmapped_nodes),
+                    len(report.unmatched_series),
+                    _sample(report.unmatched_series),
+                    self.config.node_identity.label,
+                    kind,
+                )
+            reports[signal.name] = report
+            self.telemetry.unmapped_nodes.labels(signal.name).set(len(report.unmapped_nodes))
+            self.telemetry.unmatched_series.labels(signal.name).set(len(report.unmatched_series))
+        self.mapping = reports
+
+    def explain(self) -> dict[str, Any]:
+        """Everything behind the current decisions, node by node: the "why not this node" view."""
+        table = self.table()
+        now = self.clock()
+        snapshot = self.cache.snapshot
+        kind = self.config.node_identity.kind
+        names = self.directory.names()
+        if kind == "name":
+            names |= set(snapshot.by_identity)
+        rows = []
+        for name in sorted(names):
+            node = CandidateNode(name, (), None)
+            identity = self.identity(node, table)
+            verdict = table.verdict(identity)
+            samples = snapshot.by_identity.get(identity, {}) if identity else {}
+            rows.append(
+                {
+                    "node": name,
+                    "identity": identity,
+                    "signals": {
+                        s: {"value": round(v.value, 4), "age": round(now - v.timestamp, 1)}
+                        for s, v in samples.items()
+                    },
+                    "verdict": "pass" if verdict.passed else "reject",
+                    "score": verdict.score,
+                    "reason": verdict.reason,
+                }
+            )
+        return {
+            "time": now,
+            "configHash": self.config.hash,
+            "degraded": table.degraded,
+            "failurePolicy": self.config.failure_policy,
+            "missingData": self.config.missing_data,
+            "strategy": self.config.scoring.strategy,
+            "signals": [
+                {
+                    "name": s.name,
+                    "threshold": s.threshold,
+                    "weight": s.weight,
+                    "lastSuccessAge": _age(now, snapshot.last_success.get(s.name)),
+                    "series": snapshot.series_counts.get(s.name, 0),
+                    "unmappedNodes": list(self.mapping.get(s.name, MappingReport()).unmapped_nodes),
+                    "unmatchedSeries": list(self.mapping.get(s.name, MappingReport()).unmatched_series),
+                }
+                for s in self.config.signals
+            ],
+            "nodes": rows,
+        }
+
+
+def _age(now: float, then: float | None) -> float | None:
+    return None if then is None else round(now - then, 1)
+
+
+def _sample(items: tuple[str, ...], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

@@ -1,0 +1,97 @@
+"""Which nodes exist and how a Prometheus label value names one of them.
+
+A series names its node either by name (`node="worker-1"`) or by the address it was scraped on
+(`instance="10.0.0.7:9100"`, `instance="[fd00::7]:9100"`). Address identities are matched to a
+Node's InternalIP; the addresses come from the Node objects in non-cache requests or from a
+Node list/watch. Both feed the NodeDirectory.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Callable, Iterable
+
+from cachetools import TTLCache
+
+
+def normalise_address(value: str) -> str | None:
+    """'10.0.0.7:9100' -> '10.0.0.7'; '[fd00::7]:9100' -> 'fd00::7'; not an IP -> None."""
+    text = value.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            return None
+        text = text[1:end]
+    elif text.count(":") == 1:
+        text = text.split(":", 1)[0]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+def identity_key(label_value: str, kind: str) -> str | None:
+    """The key a series is stored under: the node name, or the canonical IP for addresses."""
+    if kind == "address":
+        return normalise_address(label_value)
+    return label_value or None
+
+
+class NodeDirectory:
+    """Node names and their IPs, as learnt from the API or from scheduler requests.
+
+    Nodes learnt only from requests are forgotten after `ttl` seconds unseen, so a deleted node
+    stops being reported as unmapped. Nodes from the API watch stay until the watch deletes them.
+    """
+
+    def __init__(self, ttl: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._seen: TTLCache[str, tuple[str, ...]] = TTLCache(maxsize=100_000, ttl=ttl, timer=clock)
+        self._watched: dict[str, tuple[str, ...]] = {}
+        self._by_ip: dict[str, str] | None = None
+
+    def observe(self, name: str, addresses: Iterable[str] = ()) -> None:
+        """Record a node named in a request; addresses come with non-cache requests only."""
+        ips = tuple(ip for ip in (normalise_address(a) for a in addresses) if ip)
+        previous = self._seen.get(name)
+        if previous is None or (ips and ips != previous):
+            self._by_ip = None
+        self._seen[name] = ips or previous or ()
+
+    def upsert(self, name: str, addresses: Iterable[str]) -> None:
+        """A Node added or changed, from the API watch."""
+        self._watched[name] = tuple(ip for ip in (normalise_address(a) for a in addresses) if ip)
+        self._by_ip = None
+
+    def delete(self, name: str) -> None:
+        self._watched.pop(name, None)
+        self._seen.pop(name, None)
+        self._by_ip = None
+
+    def replace_all(self, nodes: dict[str, Iterable[str]]) -> None:
+        """A fresh list from the API (after a watch restart) replaces what the watch knew."""
+        self._watched = {}
+        for name, addresses in nodes.items():
+            self.upsert(name, addresses)
+
+    def names(self) -> set[str]:
+        self._seen.expire()
+        return set(self._watched) | set(self._seen)
+
+    def addresses(self, name: str) -> tuple[str, ...]:
+        return self._watched.get(name) or self._seen.get(name) or ()
+
+    def name_for_ip(self, ip: str) -> str | None:
+        if self._by_ip is None:
+            by_ip: dict[str, str] = {}
+            for name, ips in [*self._seen.items(), *self._watched.items()]:
+                for address in ips:
+                    by_ip[address] = name
+            self._by_ip = by_ip
+        return self._by_ip.get(ip)
+
+    def node_for_identity(self, identity: str, kind: str) -> str | None:
+        """The node a stored series belongs to, if loadext knows that node."""
+        if kind == "address":
+            return self.name_for_ip(identity)
+        return identity if identity in self._watched or identity in self._seen else None

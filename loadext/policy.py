@@ -1,0 +1,110 @@
+"""Decisions: a snapshot and a config in, one verdict per node out. No I/O, no clock reads.
+
+Verdicts depend only on a node's samples, the config and the time, so they are computed once
+per (snapshot, config) into a DecisionTable and every request is a dictionary lookup. The table
+knows when its earliest sample crosses maxDataAge and must be rebuilt.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from loadext.config import Config
+from loadext.protocol import clamp_score
+from loadext.snapshot import Sample, Snapshot
+from loadext.strategies import NEUTRAL, combine, strategy_for
+
+NEUTRAL_SCORE = clamp_score(10 * NEUTRAL)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    passed: bool
+    score: int
+    reason: str  # short and stable: the scheduler aggregates identical messages per pod
+    rejected_by: tuple[tuple[str, str], ...] = ()  # (signal, cause) for metrics and explain
+
+
+@dataclass(frozen=True)
+class DecisionTable:
+    by_identity: Mapping[str, Verdict]
+    no_data: Verdict  # for a node without any series
+    degraded: bool
+    valid_until: float  # wall time at which some sample ages out
+    snapshot_version: int
+    config_hash: str
+
+    def verdict(self, identity: str | None) -> Verdict:
+        if identity is None:
+            return self.no_data
+        return self.by_identity.get(identity, self.no_data)
+
+
+def is_degraded(snapshot: Snapshot, config: Config, now: float) -> bool:
+    """No signal has had a successful query within maxDataAge: Prometheus is gone for us."""
+    return not any(now - t < config.max_data_age for t in snapshot.last_success.values())
+
+
+def judge(samples: Mapping[str, Sample], config: Config, now: float) -> Verdict:
+    """One node: reject if any thresholded signal is above it, else score by the strategy."""
+    strategy = strategy_for(config.scoring)
+    over: list[str] = []
+    rejected_by: list[tuple[str, str]] = []
+    parts: list[tuple[float, float]] = []
+    for signal in config.signals:
+        sample = samples.get(signal.name)
+        fresh = sample is not None and now - sample.timestamp < config.max_data_age
+        if not fresh or sample is None:
+            if config.missing_data == "reject":
+                over.append(f"no fresh {signal.name} data")
+                rejected_by.append((signal.name, "missing"))
+            parts.append((signal.weight, NEUTRAL))
+            continue
+        if signal.threshold is not None and sample.value > signal.threshold:
+            over.append(f"{signal.name} above {_percent(signal.threshold)}")
+            rejected_by.append((signal.name, "threshold"))
+        parts.append((signal.weight, strategy(sample.value)))
+    if over:
+        return Verdict(False, 0, "loadext: " + ", ".join(over), tuple(rejected_by))
+    return Verdict(True, clamp_score(combine(parts)), "")
+
+
+def _percent(ratio: float) -> str:
+    return f"{ratio * 100:g}%"
+
+
+def degraded_verdict(config: Config) -> Verdict:
+    if config.failure_policy == "closed":
+        return Verdict(
+            False,
+            0,
+            "loadext: no fresh metrics (failurePolicy closed)",
+            tuple((s.name, "degraded") for s in config.signals),
+        )
+    return Verdict(True, NEUTRAL_SCORE, "")
+
+
+def build_table(snapshot: Snapshot, config: Config, now: float) -> DecisionTable:
+    if is_degraded(snapshot, config, now):
+        verdict = degraded_verdict(config)
+        # The next successful refresh publishes a new snapshot, which rebuilds the table anyway.
+        return DecisionTable({}, verdict, True, math.inf, snapshot.version, config.hash)
+    expiries = [t + config.max_data_age for t in snapshot.last_success.values()]
+    by_identity: dict[str, Verdict] = {}
+    for identity, samples in snapshot.by_identity.items():
+        by_identity[identity] = judge(samples, config, now)
+        expiries.extend(
+            s.timestamp + config.max_data_age
+            for s in samples.values()
+            if s.timestamp + config.max_data_age > now
+        )
+    return DecisionTable(
+        by_identity=by_identity,
+        no_data=judge({}, config, now),
+        degraded=False,
+        valid_until=min((e for e in expiries if e > now), default=math.inf),
+        snapshot_version=snapshot.version,
+        config_hash=config.hash,
+    )

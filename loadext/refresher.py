@@ -1,0 +1,98 @@
+"""The background loop that keeps the snapshot fresh: one query per signal per interval.
+
+Queries run in worker threads (the client is blocking) and concurrently across signals, so a
+slow signal delays neither the others nor, ever, a scheduling request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from loadext.config import PrometheusConfig
+from loadext.extender import Extender
+from loadext.prometheus import PrometheusSource, QueryError, QueryResult
+
+log = logging.getLogger(__name__)
+
+
+class Refresher:
+    def __init__(self, extender: Extender) -> None:
+        self.extender = extender
+        self._source: PrometheusSource | None = None
+        self._source_config: PrometheusConfig | None = None
+        self._wake = asyncio.Event()
+        self._errors: dict[str, str] = {}
+
+    def _current_source(self) -> PrometheusSource:
+        wanted = self.extender.config.prometheus
+        if self._source is None or self._source_config != wanted:
+            if self._source is not None:
+                self._source.close()
+            self._source, self._source_config = PrometheusSource(wanted), wanted
+        return self._source
+
+    def poke(self) -> None:
+        """Refresh now instead of at the next tick (after a config change)."""
+        self._wake.set()
+
+    async def refresh_once(self) -> None:
+        config = self.extender.config
+        source = self._current_source()
+        results = await asyncio.gather(*(self._query(source, s.name, s.query) for s in config.signals))
+        for signal, result in zip(config.signals, results, strict=True):
+            if result is not None:
+                self.extender.cache.store(signal.name, result.values, result.timestamp)
+        snapshot = self.extender.cache.rebuild()
+        self.extender.update_mapping()
+        telemetry = self.extender.telemetry
+        if snapshot.newest is not None:
+            telemetry.snapshot_timestamp.set(snapshot.newest)
+        for signal in config.signals:
+            telemetry.series.labels(signal.name).set(snapshot.series_counts.get(signal.name, 0))
+        self.extender.refreshed_once = True
+        self.extender.table()  # publish loadext_degraded now, not at the next request
+
+    async def _query(self, source: PrometheusSource, signal: str, promql: str) -> QueryResult | None:
+        identity = self.extender.config.node_identity
+        telemetry = self.extender.telemetry
+        started = time.perf_counter()
+        try:
+            result = await asyncio.to_thread(source.query, signal, promql, identity.label, identity.kind)
+        except QueryError as exc:
+            telemetry.query_errors.labels(signal, exc.kind).inc()
+            if self._errors.get(signal) != exc.kind:
+                log.warning("prometheus query for signal %s failed (%s): %s", signal, exc.kind, exc.detail)
+            self._errors[signal] = exc.kind
+            return None
+        finally:
+            telemetry.query_duration.labels(signal).observe(time.perf_counter() - started)
+        if self._errors.pop(signal, None):
+            log.info("prometheus query for signal %s recovered", signal)
+        if result.invalid:
+            telemetry.invalid_values.labels(signal).inc(result.invalid)
+        for warning in result.warnings:
+            log.warning("prometheus warning for signal %s: %s", signal, warning)
+        if not result.timestamp:
+            result.timestamp = self.extender.clock()
+        return result
+
+    async def run(self) -> None:
+        """Refresh forever; a refresh that overruns the interval starts the next one at once."""
+        while True:
+            started = time.monotonic()
+            try:
+                await self.refresh_once()
+            except Exception:  # never let one bad round stop the loop
+                log.exception("refresh round failed")
+            self._wake.clear()
+            delay = self.extender.config.refresh_interval - (time.monotonic() - started)
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()

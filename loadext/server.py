@@ -1,0 +1,195 @@
+"""aiohttp glue: the four extender verbs under a path prefix, plus health, metrics and explain.
+
+Every verb answers 200 with a protocol body, or 400 with a JSON body naming what is wrong with
+the request. Nothing on this path waits on Prometheus; bind alone waits on the API server, in a
+worker thread, so concurrent binds never stall filter calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from loadext import kube
+from loadext.extender import Extender
+from loadext.protocol import (
+    BindingArgs,
+    ProtocolError,
+    decode_binding_args,
+    decode_extender_args,
+    decode_preemption_args,
+    encode_binding_result,
+)
+from loadext.refresher import Refresher
+from loadext.reload import ConfigFileWatcher
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY = 256 * 1024 * 1024  # a 5000-node non-cache request is ~37 MB
+JSON = "application/json"
+
+
+@dataclass
+class Runtime:
+    """Everything the app runs: the extender and the background jobs around it."""
+
+    extender: Extender
+    refresher: Refresher | None = None
+    config_watcher: ConfigFileWatcher | None = None
+    kube_api: Any = None
+    watch_nodes: bool = False
+
+
+def normalise_prefix(prefix: str) -> str:
+    """'/', '' -> ''; 'scheduler/' -> '/scheduler': the scheduler strips trailing slashes too."""
+    stripped = prefix.strip().strip("/")
+    return f"/{stripped}" if stripped else ""
+
+
+def _json_error(status: int, verb: str, message: str) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps({"error": message, "verb": verb}), content_type=JSON)
+
+
+def _verb_handler(
+    runtime: Runtime, verb: str, answer: Callable[[bytes], Awaitable[bytes]]
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    telemetry = runtime.extender.telemetry
+    duration = telemetry.request_duration.labels(verb)
+    outcomes = {o: telemetry.requests.labels(verb, o) for o in ("ok", "bad_request", "error")}
+
+    async def handle(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            body = await request.read()
+            return web.Response(body=await answer(body), content_type=JSON)
+        except ProtocolError as exc:
+            outcome = "bad_request"
+            return _json_error(400, verb, str(exc))
+        except web.HTTPRequestEntityTooLarge as exc:
+            outcome = "bad_request"
+            return _json_error(413, verb, f"request body too large ({exc.text}); raise --max-body-size")
+        except Exception as exc:  # a bug: say so in JSON, keep serving
+            outcome = "error"
+            log.exception("%s failed", verb)
+            return _json_error(500, verb, f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            outcomes[outcome].inc()
+            duration.observe(time.perf_counter() - started)
+
+    return handle
+
+
+def create_app(
+    runtime: Runtime, path_prefix: str = "/", max_body_size: int = DEFAULT_MAX_BODY
+) -> web.Application:
+    extender = runtime.extender
+    app = web.Application(client_max_size=max_body_size)
+    prefix = normalise_prefix(path_prefix)
+
+    async def do_filter(body: bytes) -> bytes:
+        return extender.filter(decode_extender_args(body))
+
+    async def do_prioritize(body: bytes) -> bytes:
+        return extender.prioritize(decode_extender_args(body))
+
+    async def do_preempt(body: bytes) -> bytes:
+        return extender.preempt(decode_preemption_args(body))
+
+    async def do_bind(body: bytes) -> bytes:
+        return encode_binding_result(await _bind(runtime, decode_binding_args(body)))
+
+    for verb, answer in (
+        ("filter", do_filter),
+        ("prioritize", do_prioritize),
+        ("preempt", do_preempt),
+        ("bind", do_bind),
+    ):
+        app.router.add_post(f"{prefix}/{verb}", _verb_handler(runtime, verb, answer))
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if extender.ready:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="waiting for the first refresh\n")
+
+    async def explain(request: web.Request) -> web.Response:
+        report = extender.explain()
+        node = request.query.get("node")
+        if node:
+            report["nodes"] = [row for row in report["nodes"] if row["node"] == node]
+        return web.Response(body=orjson.dumps(report, option=orjson.OPT_INDENT_2), content_type=JSON)
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/explain", explain)
+    app.router.add_get("/metrics", make_aiohttp_handler(extender.telemetry.registry))
+    app.cleanup_ctx.append(_background(runtime))
+    return app
+
+
+async def _bind(runtime: Runtime, args: BindingArgs) -> str:
+    if not runtime.extender.config.bind_enabled:
+        return "loadext: bind is disabled (set bind.enabled: true, or remove bindVerb)"
+    if runtime.kube_api is None:
+        return "loadext: bind is enabled but no Kubernetes API client is configured (--kubeconfig)"
+    error = await asyncio.to_thread(kube.bind, runtime.kube_api, args)
+    if error:
+        log.warning("bind failed: %s", error)
+    return error
+
+
+def _background(runtime: Runtime) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def jobs(_: web.Application) -> AsyncIterator[None]:
+        tasks = []
+        if runtime.refresher is not None:
+            tasks.append(asyncio.create_task(runtime.refresher.run(), name="refresher"))
+        if runtime.config_watcher is not None:
+            tasks.append(asyncio.create_task(runtime.config_watcher.run(), name="config-watcher"))
+        node_watcher = _start_node_watch(runtime) if runtime.watch_nodes else None
+        yield
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if node_watcher is not None:
+            node_watcher.stop.set()
+        if runtime.refresher is not None:
+            runtime.refresher.close()
+
+    return jobs
+
+
+def _start_node_watch(runtime: Runtime) -> kube.NodeWatcher | None:
+    """Nodes from the API feed the directory on the loop thread (it is not thread-safe)."""
+    if runtime.kube_api is None:
+        log.warning("--watch-nodes needs a Kubernetes API client; node addresses come from requests only")
+        return None
+    loop = asyncio.get_running_loop()
+    directory = runtime.extender.directory
+
+    def on_list(nodes: dict[str, Iterable[str]]) -> None:
+        loop.call_soon_threadsafe(directory.replace_all, nodes)
+
+    def on_event(kind: str, name: str, addresses: list[str]) -> None:
+        if kind == "DELETED":
+            loop.call_soon_threadsafe(directory.delete, name)
+        else:
+            loop.call_soon_threadsafe(directory.upsert, name, addresses)
+
+    watcher = kube.NodeWatcher(runtime.kube_api, on_list, on_event)
+    threading.Thread(target=watcher.run, name="node-watch", daemon=True).start()
+    return watcher

@@ -1,0 +1,105 @@
+"""The TTL cache of per-node signal values, and the immutable snapshots policy decides from.
+
+Values expire after maxDataAge: a node whose data stopped arriving is treated as missing, never
+as idle (Volcano's trap) nor as forever-hot (Trimaran's). The scheduling path only ever reads a
+Snapshot, which is rebuilt after each refresh, so it never waits on Prometheus.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from cachetools import TTLCache
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    value: float  # 0..1
+    timestamp: float  # wall-clock seconds at which Prometheus evaluated it
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything loadext believes at one moment; shared read-only by every request."""
+
+    by_identity: Mapping[str, Mapping[str, Sample]]  # identity -> signal -> sample
+    last_success: Mapping[str, float]  # signal -> wall time of its last successful query
+    version: int
+    series_counts: Mapping[str, int] = field(default_factory=dict)  # signal -> series stored
+
+    @property
+    def newest(self) -> float | None:
+        return max(self.last_success.values(), default=None)
+
+
+EMPTY_SNAPSHOT = Snapshot(by_identity={}, last_success={}, version=0)
+
+
+class SnapshotCache:
+    """(signal, identity) -> Sample in a cachetools TTLCache whose ttl is maxDataAge."""
+
+    def __init__(self, max_age: float, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._max_age = max_age
+        self._cache: TTLCache[tuple[str, str], Sample] = self._new_cache(max_age)
+        self._last_success: dict[str, float] = {}
+        self._versions = itertools.count(1)
+        self._snapshot = EMPTY_SNAPSHOT
+
+    def _new_cache(self, max_age: float) -> TTLCache[tuple[str, str], Sample]:
+        return TTLCache(maxsize=1_000_000, ttl=max_age, timer=self._clock)
+
+    @property
+    def max_age(self) -> float:
+        return self._max_age
+
+    def set_max_age(self, max_age: float) -> None:
+        """A reloaded config may change maxDataAge; keep what is still young enough."""
+        if max_age == self._max_age:
+            return
+        now, old = self._clock(), self._cache
+        self._max_age, self._cache = max_age, self._new_cache(max_age)
+        for key, sample in old.items():
+            if now - sample.timestamp < max_age:
+                self._cache[key] = sample
+        self.rebuild()
+
+    def store(self, signal: str, values: Mapping[str, float], timestamp: float) -> None:
+        """A successful query: its result replaces the signal's values (absent series are gone)."""
+        self._cache.expire()
+        for key in [k for k in self._cache if k[0] == signal]:
+            del self._cache[key]
+        for identity, value in values.items():
+            self._cache[(signal, identity)] = Sample(value, timestamp)
+        self._last_success[signal] = timestamp
+
+    def forget_signals_except(self, signals: set[str]) -> None:
+        """Drop signals removed by a config reload."""
+        self._cache.expire()
+        for key in [k for k in self._cache if k[0] not in signals]:
+            del self._cache[key]
+        for name in [s for s in self._last_success if s not in signals]:
+            del self._last_success[name]
+
+    def rebuild(self) -> Snapshot:
+        """Publish a new snapshot of the unexpired values; called after every refresh round."""
+        self._cache.expire()
+        by_identity: dict[str, dict[str, Sample]] = {}
+        counts: dict[str, int] = {}
+        for (signal, identity), sample in self._cache.items():
+            by_identity.setdefault(identity, {})[signal] = sample
+            counts[signal] = counts.get(signal, 0) + 1
+        self._snapshot = Snapshot(
+            by_identity=by_identity,
+            last_success=dict(self._last_success),
+            version=next(self._versions),
+            series_counts=counts,
+        )
+        return self._snapshot
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot

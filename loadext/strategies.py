@@ -1,0 +1,54 @@
+"""Scoring strategies: how one signal's utilisation u (0..1) becomes a desirability in 0..1.
+
+The node's score is 10 x the weighted mean of the per-signal desirabilities,
+    score = 10 * sum(w_s * f(u_s)) / sum(w_s),
+rounded and clamped to the extender range 0..10. A signal without fresh data for the node
+contributes NEUTRAL (0.5) under `missingData: pass`, so missing data neither attracts pods
+(the "idle" trap) nor repels them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loadext.config import Scoring
+
+NEUTRAL = 0.5
+
+Strategy = Callable[[float], float]
+
+
+def least_loaded(u: float) -> float:
+    """f(u) = 1 - u: the free share. Spreads load to where there is real headroom."""
+    return 1.0 - u
+
+
+def target_utilization(target: float) -> Strategy:
+    """Trimaran's TargetLoadPacking curve, on a 0..1 scale with target t:
+
+        f(u) = t + (1 - t) * u / t     for u <= t   (rises from t at idle to 1 at the target)
+        f(u) = t * (1 - u) / (1 - t)   for u >  t   (falls to 0 at full load)
+
+    Prefers nodes near the target, so the cluster packs towards it instead of spreading thin.
+    """
+
+    def score(u: float) -> float:
+        if u <= target:
+            return target + (1.0 - target) * u / target
+        return target * (1.0 - u) / (1.0 - target) if target < 1.0 else 1.0
+
+    return score
+
+
+def strategy_for(scoring: Scoring) -> Strategy:
+    if scoring.strategy == "targetUtilization":
+        return target_utilization(scoring.target_utilization)
+    return least_loaded
+
+
+def combine(parts: list[tuple[float, float]]) -> float:
+    """Weighted mean of (weight, desirability) pairs on the 0..10 scale; neutral if no weight."""
+    total = sum(weight for weight, _ in parts)
+    if total <= 0:
+        return 10 * NEUTRAL
+    return 10 * sum(weight * value for weight, value in parts) / total

@@ -1,0 +1,166 @@
+"""loadext's own metrics: what it decided, how fast, and whether its data is fresh.
+
+Everything lives in one CollectorRegistry per process (tests make their own). Per-node series
+come from a custom collector that reads the current snapshot at scrape time, so a deleted node
+disappears from /metrics without bookkeeping, and the whole family can be switched off.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from loadext import __version__
+
+VERBS = ("filter", "prioritize", "preempt", "bind")
+# From 250 us to the scheduler's default 5 s extender timeout.
+LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+NodeSignals = Callable[[], Iterable[tuple[str, str, float]]]  # (node, signal, ratio)
+
+
+class _NodeSignalCollector(Collector):
+    def __init__(self, source: NodeSignals) -> None:
+        self._source = source
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "loadext_node_signal_ratio",
+            "Utilisation loadext currently believes per node and signal (0..1).",
+            labels=["node", "signal"],
+        )
+        for node, signal, value in self._source():
+            family.add_metric([node, signal], value)
+        yield family
+
+
+class Telemetry:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "loadext_requests", "Extender requests by verb and outcome.", ["verb", "outcome"], registry=r
+        )
+        self.request_duration = Histogram(
+            "loadext_request_duration_seconds",
+            "Time to answer an extender request.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.node_rejections = Counter(
+            "loadext_node_rejections",
+            "Nodes refused by filter or preempt, by signal and cause (threshold, missing, degraded).",
+            ["signal", "cause"],
+            registry=r,
+        )
+        self.filtered_nodes = Counter(
+            "loadext_filter_nodes",
+            "Nodes evaluated by filter, by result (passed, rejected).",
+            ["result"],
+            registry=r,
+        )
+        self.no_fit = Counter(
+            "loadext_filter_no_fit", "Filter calls in which loadext passed no node at all.", registry=r
+        )
+        self.scores = Histogram(
+            "loadext_prioritize_score",
+            "Scores returned by prioritize (0..10).",
+            buckets=tuple(range(11)),
+            registry=r,
+        )
+        self.query_duration = Histogram(
+            "loadext_prometheus_query_duration_seconds",
+            "Prometheus query time per signal.",
+            ["signal"],
+            buckets=QUERY_BUCKETS,
+            registry=r,
+        )
+        self.query_errors = Counter(
+            "loadext_prometheus_query_errors",
+            "Failed Prometheus queries by signal and error kind.",
+            ["signal", "error"],
+            registry=r,
+        )
+        self.invalid_values = Counter(
+            "loadext_prometheus_invalid_values",
+            "NaN or Inf samples dropped, by signal.",
+            ["signal"],
+            registry=r,
+        )
+        self.series = Gauge(
+            "loadext_signal_series",
+            "Series stored per signal after the last refresh.",
+            ["signal"],
+            registry=r,
+        )
+        self.unmapped_nodes = Gauge(
+            "loadext_unmapped_nodes",
+            "Nodes known to loadext with no series for the signal.",
+            ["signal"],
+            registry=r,
+        )
+        self.unmatched_series = Gauge(
+            "loadext_unmatched_series",
+            "Series whose identity label matches no known node.",
+            ["signal"],
+            registry=r,
+        )
+        self.snapshot_timestamp = Gauge(
+            "loadext_snapshot_timestamp_seconds",
+            "Time of the newest successful Prometheus query behind the current snapshot.",
+            registry=r,
+        )
+        self.degraded = Gauge(
+            "loadext_degraded",
+            "1 while no fresh data exists and the failure policy decides every node.",
+            registry=r,
+        )
+        self.config_reloads = Counter(
+            "loadext_config_reloads", "Config loads by result.", ["result"], registry=r
+        )
+        self.config_info = Gauge(
+            "loadext_config_info", "The active config's hash (value 1).", ["hash"], registry=r
+        )
+        self.config_last_reload = Gauge(
+            "loadext_config_last_reload_success_timestamp_seconds",
+            "When the active config was loaded.",
+            registry=r,
+        )
+        build = Info("loadext_build", "loadext version.", registry=r)
+        build.info({"version": __version__, "python_version": platform.python_version()})
+        for verb in VERBS:
+            self.request_duration.labels(verb)
+            for outcome in ("ok", "bad_request", "error"):
+                self.requests.labels(verb, outcome)
+        for result in ("success", "failure"):
+            self.config_reloads.labels(result)
+        for result in ("passed", "rejected"):
+            self.filtered_nodes.labels(result)
+        self._node_collector: _NodeSignalCollector | None = None
+
+    def export_node_signals(self, source: NodeSignals | None) -> None:
+        """Register (or with None, unregister) the per-node gauge family."""
+        if self._node_collector is not None:
+            self.registry.unregister(self._node_collector)
+            self._node_collector = None
+        if source is not None:
+            self._node_collector = _NodeSignalCollector(source)
+            self.registry.register(self._node_collector)
+
+    def prepare_signals(self, signals: Iterable[str]) -> None:
+        """Pre-create per-signal series so dashboards show 0, not nothing."""
+        for signal in signals:
+            self.query_duration.labels(signal)
+            self.invalid_values.labels(signal)
+            for cause in ("threshold", "missing", "degraded"):
+                self.node_rejections.labels(signal, cause)
+
+    def set_config_hash(self, config_hash: str) -> None:
+        self.config_info.clear()
+        self.config_info.labels(config_hash).set(1)

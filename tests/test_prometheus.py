@@ -1,0 +1,308 @@
+"""loadext against a real Prometheus scraping a real exporter: decisions follow the data, and
+every way Prometheus can fail leaves the answers fast and the failure policy in charge."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from harness.exporter import Exporter
+from harness.faultproxy import FaultProxy
+from harness.prometheus import PrometheusServer, scrape_config
+from tests.conftest import Loadext, StartLoadext, eventually, fixture_bytes, live_config
+
+
+def set_load(exporter: Exporter, case: str, cpu: dict[str, float], memory: dict[str, float] | None = None) -> None:
+    for node, value in cpu.items():
+        exporter.set_gauge("loadext_test_cpu", value, case=case, node=node)
+    for node, value in (memory or {}).items():
+        exporter.set_gauge("loadext_test_memory", value, case=case, node=node)
+
+
+def names_request(*nodes: str) -> dict[str, Any]:
+    request: dict[str, Any] = orjson.loads(fixture_bytes("filter-names.json"))
+    request["NodeNames"] = list(nodes)
+    return request
+
+
+async def sees(loadext: Loadext, expected: dict[str, dict[str, float]]) -> None:
+    """Wait until loadext's snapshot holds exactly these values for these nodes."""
+
+    async def check() -> bool:
+        values = await loadext.node_values()
+        assert {n: values.get(n) for n in expected} == expected
+        return True
+
+    await eventually(check)
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
+            if all(found.get(k) == v for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name}{labels} not in /metrics")
+
+
+async def test_decisions_follow_prometheus_values(
+        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    set_load(exporter, case, {"a": 0.95, "b": 0.40, "c": 0.10}, {"a": 0.5, "b": 0.5, "c": 0.5})
+    loadext = await start_loadext(live_config(prometheus.url, case))
+    await sees(loadext, {n: {"cpu": c, "memory": 0.5} for n, c in {"a": 0.95, "b": 0.4, "c": 0.1}.items()})
+
+    status, reply = await loadext.post("filter", names_request("a", "b", "c"))
+    assert status == 200
+    assert reply["NodeNames"] == ["b", "c"]
+    assert reply["FailedAndUnresolvableNodes"] == {"a": "loadext: cpu above 80%"}
+    status, scores = await loadext.post("prioritize", names_request("b", "c"))
+    assert {s["Host"]: s["Score"] for s in scores} == {"b": 6, "c": 7}
+
+    # The load moves: a cools down, c runs hot. The next decisions follow.
+    set_load(exporter, case, {"a": 0.05, "c": 0.97})
+    await sees(loadext, {"a": {"cpu": 0.05, "memory": 0.5}, "c": {"cpu": 0.97, "memory": 0.5}})
+    status, reply = await loadext.post("filter", names_request("a", "b", "c"))
+    assert reply["NodeNames"] == ["a", "b"]
+    assert reply["FailedAndUnresolvableNodes"] == {"c": "loadext: cpu above 80%"}
+
+    metrics = await loadext.metrics()
+    assert metric_value(metrics, "loadext_node_rejections_total", signal="cpu", cause="threshold") == 2
+    assert metric_value(metrics, "loadext_node_signal_ratio", node="c", signal="cpu") == 0.97
+    assert metric_value(metrics, "loadext_degraded") == 0
+    assert metric_value(metrics, "loadext_requests_total", verb="filter", outcome="ok") == 2
+    assert metric_value(metrics, "loadext_snapshot_timestamp_seconds") > time.time() - 10
+
+
+async def test_missing_nodes_follow_the_missing_data_policy(
+        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    set_load(exporter, case, {"known": 0.2}, {"known": 0.2})
+    loadext = await start_loadext(live_config(prometheus.url, case))
+    await sees(loadext, {"known": {"cpu": 0.2, "memory": 0.2}})
+    status, reply = await loadext.post("filter", names_request("known", "ghost"))
+    assert reply["NodeNames"] == ["known", "ghost"]  # pass: no data is not a reason to refuse
+    status, scores = await loadext.post("prioritize", names_request("known", "ghost"))
+    assert {s["Host"]: s["Score"] for s in scores} == {"known": 8, "ghost": 5}  # ghost: neutral
+
+    # The mapping check reports the node without series, in /metrics and in explain.
+    async def reported() -> bool:
+        await loadext.refresher.refresh_once()
+        report = await loadext.explain()
+        assert report["signals"][0]["unmappedNodes"] == ["ghost"]
+        return True
+
+    await eventually(reported)
+    assert metric_value(await loadext.metrics(), "loadext_unmapped_nodes", signal="cpu") == 1
+
+    loadext.config_path.write_text(loadext.config_path.read_text() + "missingData: reject\n")
+    await eventually(lambda: _filter_reasons(loadext, ["known", "ghost"], "ghost"))
+
+
+async def _filter_reasons(loadext: Loadext, nodes: list[str], node: str) -> bool:
+    _, reply = await loadext.post("filter", names_request(*nodes))
+    assert reply["FailedAndUnresolvableNodes"].get(node) == "loadext: no fresh cpu data, no fresh memory data"
+    return True
+
+
+async def test_nan_and_inf_are_dropped_and_counted_and_ratios_clamped(
+        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    set_load(exporter, case, {"nan": math.nan, "inf": math.inf, "over": 1.3, "under": -0.2})
+    loadext = await start_loadext(live_config(prometheus.url, case, missingData="reject"))
+    await sees(loadext, {"over": {"cpu": 1.0}, "under": {"cpu": 0.0}, "nan": None, "inf": None})
+    status, reply = await loadext.post("filter", names_request("nan", "inf", "over", "under"))
+    assert reply["NodeNames"] == []
+    assert reply["FailedAndUnresolvableNodes"]["nan"].startswith("loadext: no fresh cpu data")
+    assert reply["FailedAndUnresolvableNodes"]["over"].startswith("loadext: cpu above 80%")
+    assert metric_value(await loadext.metrics(), "loadext_prometheus_invalid_values_total", signal="cpu") >= 2
+
+
+async def test_series_matching_no_node_are_reported(
+        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    set_load(exporter, case, {"worker-1": 0.3, "worker-1.example.internal": 0.3})
+    loadext = await start_loadext(live_config(prometheus.url, case))
+    await loadext.post("filter", names_request("worker-1"))
+
+    async def reported() -> bool:
+        await loadext.refresher.refresh_once()
+        signal = (await loadext.explain())["signals"][0]
+        assert signal["unmatchedSeries"] == ["worker-1.example.internal"]
+        return True
+
+    await eventually(reported)
+    assert metric_value(await loadext.metrics(), "loadext_unmatched_series", signal="cpu") == 1
+
+
+def full_nodes_request(nodes: dict[str, str]) -> dict[str, Any]:
+    """A non-cache request whose Node objects carry the given InternalIPs."""
+    request: dict[str, Any] = orjson.loads(fixture_bytes("filter-nodes.json"))
+    template = request["Nodes"]["items"][0]
+    items = []
+    for name, ip in nodes.items():
+        node = orjson.loads(orjson.dumps(template))
+        node["metadata"]["name"] = name
+        node["status"]["addresses"] = [{"type": "InternalIP", "address": ip},
+                                       {"type": "Hostname", "address": name}]
+        items.append(node)
+    request["Nodes"]["items"] = items
+    return request
+
+
+async def test_address_identities_match_internal_ips_including_ipv6(
+        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    for instance, value in {"10.1.0.1:9100": 0.95, "[fd00::2]:9100": 0.20, "10.1.0.3:9100": 0.50}.items():
+        exporter.set_gauge("loadext_test_cpu_by_ip", value, case=case, instance=instance)
+    config = live_config(prometheus.url, case, nodeIdentity={"label": "instance", "kind": "address"},
+                         signals=[{"name": "cpu", "query": f'loadext_test_cpu_by_ip{{case="{case}"}}',
+                                   "threshold": 0.8}])
+    loadext = await start_loadext(config)
+    nodes = {"n1": "10.1.0.1", "n2": "fd00:0:0::2", "n3": "10.1.0.3"}
+
+    async def decided() -> bool:
+        status, reply = await loadext.post("filter", full_nodes_request(nodes))
+        assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["n2", "n3"]
+        assert reply["FailedAndUnresolvableNodes"] == {"n1": "loadext: cpu above 80%"}
+        return True
+
+    await eventually(decided)
+    # The addresses learnt from that request now serve cache-mode requests too.
+    status, scores = await loadext.post("prioritize", names_request("n2", "n3"))
+    assert {s["Host"]: s["Score"] for s in scores} == {"n2": 8, "n3": 5}
+    report = await loadext.explain()
+    assert {r["node"]: r["identity"] for r in report["nodes"]} == {
+        "n1": "10.1.0.1", "n2": "fd00::2", "n3": "10.1.0.3"}
+    assert metric_value(await loadext.metrics(), "loadext_node_signal_ratio", node="n2", signal="cpu") == 0.2
+
+
+FAULTS = [
+    ("status", {"status": 400, "body": b'{"status":"error","errorType":"bad_data","error":"parse error"}'},
+     "bad_query"),
+    ("status", {"status": 422, "body": b'{"status":"error","errorType":"execution","error":"many-to-many"}'},
+     "execution"),
+    ("status", {"status": 503, "body": b'{"status":"error","errorType":"timeout","error":"timeout"}'},
+     "unavailable"),
+    ("status", {"status": 502, "body": b"bad gateway"}, "http_5xx"),
+    ("garbage", {}, "parse"),
+    ("down", {}, "connection"),
+    ("delay", {"delay": 3.0}, "timeout"),
+]
+
+
+@pytest.mark.parametrize(("mode", "options", "kind"), FAULTS, ids=[f[2] for f in FAULTS])
+async def test_prometheus_faults_keep_answers_fast_and_data_until_max_age(
+        prometheus: PrometheusServer, proxy: FaultProxy, exporter: Exporter, start_loadext: StartLoadext,
+        case: str, mode: str, options: dict[str, Any], kind: str) -> None:
+    set_load(exporter, case, {"hot": 0.9, "cool": 0.1}, {"hot": 0.1, "cool": 0.1})
+    loadext = await start_loadext(live_config(proxy.url, case, maxDataAge="2s"))
+    await sees(loadext, {"hot": {"cpu": 0.9, "memory": 0.1}, "cool": {"cpu": 0.1, "memory": 0.1}})
+    proxy.set(mode, **options)
+
+    async def errors_counted() -> bool:
+        text = await loadext.metrics()
+        assert metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error=kind) >= 1
+        return True
+
+    await eventually(errors_counted)
+    # Within maxDataAge the last good values still decide ...
+    started = time.perf_counter()
+    status, reply = await loadext.post("filter", names_request("hot", "cool"))
+    assert time.perf_counter() - started < 1.0  # answered from memory, not after Prometheus
+    if not (await loadext.explain())["degraded"]:
+        assert reply["FailedAndUnresolvableNodes"] == {"hot": "loadext: cpu above 80%"}
+
+    # ... and once they are older, failurePolicy open lets every node through at a neutral score.
+    async def degraded() -> bool:
+        assert metric_value(await loadext.metrics(), "loadext_degraded") == 1
+        return True
+
+    await eventually(degraded)
+    started = time.perf_counter()
+    status, reply = await loadext.post("filter", names_request("hot", "cool"))
+    assert time.perf_counter() - started < 1.0
+    assert reply["NodeNames"] == ["hot", "cool"] and reply["FailedAndUnresolvableNodes"] == {}
+    status, scores = await loadext.post("prioritize", names_request("hot", "cool"))
+    assert [s["Score"] for s in scores] == [5, 5]
+
+    proxy.set("pass")  # Prometheus is back: so are the decisions
+
+    async def recovered() -> bool:
+        _, reply = await loadext.post("filter", names_request("hot", "cool"))
+        assert reply["FailedAndUnresolvableNodes"] == {"hot": "loadext: cpu above 80%"}
+        return True
+
+    await eventually(recovered)
+    assert metric_value(await loadext.metrics(), "loadext_degraded") == 0
+
+
+async def test_failure_policy_closed_rejects_every_node(
+        prometheus: PrometheusServer, proxy: FaultProxy, exporter: Exporter, start_loadext: StartLoadext,
+        case: str) -> None:
+    set_load(exporter, case, {"x": 0.1}, {"x": 0.1})
+    loadext = await start_loadext(live_config(proxy.url, case, maxDataAge="1s", failurePolicy="closed"))
+    await sees(loadext, {"x": {"cpu": 0.1, "memory": 0.1}})
+    proxy.set("status", status=503)
+
+    async def closed() -> bool:
+        _, reply = await loadext.post("filter", names_request("x"))
+        assert reply["FailedAndUnresolvableNodes"] == {"x": "loadext: no fresh metrics (failurePolicy closed)"}
+        return True
+
+    await eventually(closed)
+    metrics = await loadext.metrics()
+    assert metric_value(metrics, "loadext_node_rejections_total", signal="cpu", cause="degraded") >= 1
+
+
+async def test_real_bad_query_is_classified(prometheus: PrometheusServer, start_loadext: StartLoadext,
+                                            case: str) -> None:
+    config = live_config(prometheus.url, case, signals=[{"name": "cpu", "query": "rate(foo[1m]", "threshold": 0.8}])
+    loadext = await start_loadext(config)
+
+    async def classified() -> bool:
+        text = await loadext.metrics()
+        assert metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="bad_query") >= 1
+        return True
+
+    await eventually(classified)
+    assert (await loadext.client.get("/readyz")).status == 200  # ready: the failure policy decides
+
+
+async def test_prometheus_warnings_are_logged(
+        prometheus: PrometheusServer, proxy: FaultProxy, start_loadext: StartLoadext, case: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    body = orjson.dumps({"status": "success", "warnings": ["remote read partial: store down"],
+                         "data": {"resultType": "vector", "result": [
+                             {"metric": {"node": "w1"}, "value": [time.time(), "0.42"]}]}})
+    proxy.set("status", status=200, body=body)
+    caplog.set_level(logging.WARNING, logger="loadext")
+    loadext = await start_loadext(live_config(proxy.url, case))
+    await sees(loadext, {"w1": {"cpu": 0.42, "memory": 0.42}})
+    assert "prometheus warning for signal cpu: remote read partial: store down" in caplog.text
+
+
+async def test_prometheus_stopped(tmp_path: Path, exporter: Exporter, start_loadext: StartLoadext,
+                                  case: str) -> None:
+    own = PrometheusServer(str(tmp_path), scrape_config(exporter.target))
+    try:
+        set_load(exporter, case, {"hot": 0.99, "cool": 0.0}, {"hot": 0.0, "cool": 0.0})
+        own.wait_for(f'loadext_test_cpu{{case="{case}"}}', lambda r: len(r) == 2)
+        loadext = await start_loadext(live_config(own.url, case, maxDataAge="1s"))
+        await sees(loadext, {"hot": {"cpu": 0.99, "memory": 0.0}})
+        _, reply = await loadext.post("filter", names_request("hot", "cool"))
+        assert reply["NodeNames"] == ["cool"]
+    finally:
+        own.stop()
+
+    async def degraded() -> bool:
+        text = await loadext.metrics()
+        assert metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="connection") >= 1
+        assert metric_value(text, "loadext_degraded") == 1
+        return True
+
+    await eventually(degraded)
+    _, reply = await loadext.post("filter", names_request("hot", "cool"))
+    assert reply["NodeNames"] == ["hot", "cool"]
