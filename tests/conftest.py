@@ -127,10 +127,12 @@ StartLoadext = Callable[..., Awaitable[Loadext]]
 async def start_loadext(aiohttp_client: Any, tmp_path: Path) -> AsyncIterator[StartLoadext]:
     """Start loadext in-process with its real refresher and config watcher on loopback."""
 
-    async def start(config: dict[str, Any] | str, reload_interval: float = 0.1, **app_args: Any) -> Loadext:
+    async def start(config: dict[str, Any] | str, reload_interval: float = 0.1, path: Path | None = None,
+                    **app_args: Any) -> Loadext:
         text = config if isinstance(config, str) else yaml.safe_dump(config)
-        path = tmp_path / "config.yaml"
-        path.write_text(text)
+        if path is None:
+            path = tmp_path / "config.yaml"
+            path.write_text(text)
         telemetry = Telemetry()
         extender = Extender(parse_config(text), telemetry)
         refresher = Refresher(extender)

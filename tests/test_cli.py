@@ -1,0 +1,100 @@
+"""The installed command line, as an SRE and a Deployment run it: serve, explain."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from harness.exporter import Exporter
+from harness.prometheus import PrometheusServer, free_port
+from tests.conftest import fixture_bytes, live_config
+from tests.test_prometheus import set_load
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def wait_until_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "loadext exited early"
+        try:
+            if get(url + "/readyz")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("loadext never became ready")
+
+
+def test_serve_answers_the_scheduler_and_stops_cleanly_on_sigterm(
+        prometheus: PrometheusServer, exporter: Exporter, case: str, tmp_path: Path) -> None:
+    set_load(exporter, case, {"ceph1": 0.2, "ceph2": 0.95, "ceph3": 0.1}, {"ceph1": 0.2, "ceph2": 0.2, "ceph3": 0.2})
+    prometheus.wait_for(f'loadext_test_cpu{{case="{case}"}}', lambda r: len(r) == 3)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(live_config(prometheus.url, case)))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "loadext", "serve", "--config", str(config),
+                             "--listen", f"127.0.0.1:{port}", "--path-prefix", "/scheduler"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_until_ready(url, proc)
+        request = urllib.request.Request(url + "/scheduler/filter", data=fixture_bytes("filter-names.json"),
+                                         headers={"Content-Type": "application/json"})
+        deadline = time.monotonic() + 10
+        while True:
+            with urllib.request.urlopen(request, timeout=5) as reply:
+                result = json.load(reply)
+            if result["FailedAndUnresolvableNodes"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert result["NodeNames"] == ["ceph3", "ceph1"]
+        assert result["FailedAndUnresolvableNodes"] == {"ceph2": "loadext: cpu above 80%"}
+        status, metrics = get(url + "/metrics")
+        assert status == 200 and b'loadext_requests_total{outcome="ok",verb="filter"}' in metrics
+        assert get(url + "/healthz")[0] == 200
+        status, body = get(url + "/explain?node=ceph2")
+        assert status == 200 and json.loads(body)["nodes"][0]["reason"] == "loadext: cpu above 80%"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=20)[0].decode()
+    assert proc.returncode == 0, output
+    assert "serving on 127.0.0.1" in output
+
+
+def test_explain_prints_the_why_not_table(prometheus: PrometheusServer, exporter: Exporter, case: str,
+                                          tmp_path: Path) -> None:
+    set_load(exporter, case, {"hot-1": 0.93, "calm-2": 0.25}, {"hot-1": 0.5, "calm-2": 0.4})
+    prometheus.wait_for(f'loadext_test_memory{{case="{case}"}}', lambda r: len(r) == 2)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(live_config(prometheus.url, case)))
+    table = subprocess.run([sys.executable, "-m", "loadext", "explain", "--config", str(config),
+                            "--node", "absent-3"], capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["NODE", "CPU", "MEMORY", "VERDICT", "SCORE", "REASON"]
+    rows = {line.split()[0]: line for line in lines[1:4]}
+    assert rows["hot-1"].split()[1] == "93%" and "reject" in rows["hot-1"]
+    assert rows["hot-1"].endswith("loadext: cpu above 80%")
+    assert "pass" in rows["calm-2"] and rows["calm-2"].split()[-2:] == ["7", "-"]
+    assert rows["absent-3"].split()[1:] == ["-", "-", "pass", "5", "-"]
+    assert "absent-3" in table.stdout.split("nodes without a series:")[1]
+
+    as_json = subprocess.run([sys.executable, "-m", "loadext", "explain", "--config", str(config),
+                              "--output", "json"], capture_output=True, text=True, timeout=60)
+    report = json.loads(as_json.stdout)
+    assert {n["node"]: n["verdict"] for n in report["nodes"]} == {"hot-1": "reject", "calm-2": "pass"}
