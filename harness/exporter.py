@@ -33,7 +33,7 @@ class Exporter:
         exporter = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
+            def do_GET(self) -> None:
                 body = exporter.render().encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -54,8 +54,10 @@ class Exporter:
         now = time.time()
         with self._lock:
             lines = [f"{_series(n, ls)} {v!r}" for (n, ls), v in self._gauges.items()]
-            lines += [f"{_series(n, ls)} {start + rate * (now - since)!r}"
-                      for (n, ls), (start, rate, since) in self._counters.items()]
+            lines += [
+                f"{_series(n, ls)} {start + rate * (now - since)!r}"
+                for (n, ls), (start, rate, since) in self._counters.items()
+            ]
         return "\n".join(lines) + "\n"
 
     def set_gauge(self, name: str, value: float, **labels: str) -> None:

@@ -27,12 +27,14 @@ def free_port() -> int:
 def scrape_config(*targets: str, interval: str = "1s") -> str:
     """honor_labels keeps the exporter's own instance/job labels, as node-exporter presets expect."""
     listed = ", ".join(f"'{t}'" for t in targets)
-    return (f"global: {{scrape_interval: {interval}, scrape_timeout: {interval}, "
-            f"evaluation_interval: {interval}}}\n"
-            "scrape_configs:\n"
-            "  - job_name: exporter\n"
-            "    honor_labels: true\n"
-            f"    static_configs: [{{targets: [{listed}]}}]\n")
+    return (
+        f"global: {{scrape_interval: {interval}, scrape_timeout: {interval}, "
+        f"evaluation_interval: {interval}}}\n"
+        "scrape_configs:\n"
+        "  - job_name: exporter\n"
+        "    honor_labels: true\n"
+        f"    static_configs: [{{targets: [{listed}]}}]\n"
+    )
 
 
 class PrometheusServer:
@@ -45,10 +47,16 @@ class PrometheusServer:
             handle.write(config_text)
         self._log = open(os.path.join(workdir, "prometheus.log"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}",
-             f"--storage.tsdb.path={data_dir or os.path.join(workdir, 'data')}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            [
+                PROMETHEUS,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data_dir or os.path.join(workdir, 'data')}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             self._wait_ready()
         except BaseException:
@@ -79,8 +87,9 @@ class PrometheusServer:
             result: list[dict[str, Any]] = json.load(reply)["data"]["result"]
             return result
 
-    def wait_for(self, expr: str, predicate: Callable[[list[dict[str, Any]]], bool],
-                 timeout: float = 20.0) -> list[dict[str, Any]]:
+    def wait_for(
+        self, expr: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 20.0
+    ) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         while True:
             result = self.query(expr)
@@ -107,6 +116,9 @@ def backfill(workdir: str, openmetrics_text: str) -> str:
     data = os.path.join(workdir, "data")
     with open(source, "w", encoding="utf-8") as handle:
         handle.write(openmetrics_text)
-    subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "-q", source, data],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "-q", source, data],
+        check=True,
+        capture_output=True,
+    )
     return data

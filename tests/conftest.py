@@ -83,8 +83,12 @@ def live_config(prom_url: str, case: str, **overrides: Any) -> dict[str, Any]:
         "nodeIdentity": {"label": "node", "kind": "name"},
         "signals": [
             {"name": "cpu", "query": f'loadext_test_cpu{{case="{case}"}}', "threshold": 0.8, "weight": 1},
-            {"name": "memory", "query": f'loadext_test_memory{{case="{case}"}}', "threshold": 0.9,
-             "weight": 1},
+            {
+                "name": "memory",
+                "query": f'loadext_test_memory{{case="{case}"}}',
+                "threshold": 0.9,
+                "weight": 1,
+            },
         ],
     }
     config.update(overrides)
@@ -101,8 +105,7 @@ class Loadext:
 
     async def post(self, verb: str, body: bytes | dict[str, Any]) -> tuple[int, Any]:
         data = body if isinstance(body, bytes) else orjson.dumps(body)
-        reply = await self.client.post(f"/{verb}", data=data,
-                                       headers={"Content-Type": "application/json"})
+        reply = await self.client.post(f"/{verb}", data=data, headers={"Content-Type": "application/json"})
         return reply.status, orjson.loads(await reply.read())
 
     async def explain(self) -> dict[str, Any]:
@@ -127,8 +130,9 @@ StartLoadext = Callable[..., Awaitable[Loadext]]
 async def start_loadext(aiohttp_client: Any, tmp_path: Path) -> AsyncIterator[StartLoadext]:
     """Start loadext in-process with its real refresher and config watcher on loopback."""
 
-    async def start(config: dict[str, Any] | str, reload_interval: float = 0.1, path: Path | None = None,
-                    **app_args: Any) -> Loadext:
+    async def start(
+        config: dict[str, Any] | str, reload_interval: float = 0.1, path: Path | None = None, **app_args: Any
+    ) -> Loadext:
         text = config if isinstance(config, str) else yaml.safe_dump(config)
         if path is None:
             path = tmp_path / "config.yaml"
@@ -149,9 +153,11 @@ async def start_loadext(aiohttp_client: Any, tmp_path: Path) -> AsyncIterator[St
     yield start
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 10.0, interval: float = 0.05) -> Any:
+async def eventually(
+    check: Callable[[], Awaitable[Any]], within: float = 10.0, interval: float = 0.05
+) -> Any:
     """Poll an async check until it returns a truthy value or raises no AssertionError."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while True:
         try:
             result = await check()
@@ -161,5 +167,5 @@ async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 10.0,
         except AssertionError as exc:
             last = exc
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s; last: {last}")
+            raise AssertionError(f"condition not met within {within}s; last: {last}")
         await asyncio.sleep(interval)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
+from typing import Any
 
 import orjson
 import pytest
@@ -23,13 +22,22 @@ CASES = [
     ("filter", b'{"NodeNames": "ceph1"}', "NodeNames: expected an array of strings, got string"),
     ("filter", b'{"NodeNames": ["ceph1", 7]}', "NodeNames[1]: expected a non-empty string, got number"),
     ("prioritize", b'{"Nodes": {"items": {}}}', "Nodes.items: expected an array, got object"),
-    ("prioritize", b'{"Nodes": {"items": [{"metadata": {}}]}}',
-     "Nodes.items[0].metadata.name: expected a non-empty string, got null"),
+    (
+        "prioritize",
+        b'{"Nodes": {"items": [{"metadata": {}}]}}',
+        "Nodes.items[0].metadata.name: expected a non-empty string, got null",
+    ),
     ("filter", b'{"Pod": "ingest-0", "NodeNames": []}', "Pod: expected a JSON object, got string"),
-    ("preempt", b'{"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": 5}]}}}',
-     "NodeNameToMetaVictims['n1'].Pods[0].UID: expected a non-empty string, got number"),
-    ("preempt", b'{"NodeNameToMetaVictims": {"n1": {"Pods": [], "NumPDBViolations": "1"}}}',
-     "NumPDBViolations: expected an integer, got string"),
+    (
+        "preempt",
+        b'{"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": 5}]}}}',
+        "NodeNameToMetaVictims['n1'].Pods[0].UID: expected a non-empty string, got number",
+    ),
+    (
+        "preempt",
+        b'{"NodeNameToMetaVictims": {"n1": {"Pods": [], "NumPDBViolations": "1"}}}',
+        "NumPDBViolations: expected an integer, got string",
+    ),
     ("bind", b'{"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}', "Node: expected a non-empty string"),
 ]
 
@@ -41,7 +49,8 @@ async def client(aiohttp_client: Any) -> TestClient[Any, Any]:
 
 @pytest.mark.parametrize(("verb", "body", "message"), CASES)
 async def test_bad_bodies_get_a_400_naming_the_problem(
-        client: TestClient[Any, Any], verb: str, body: bytes, message: str) -> None:
+    client: TestClient[Any, Any], verb: str, body: bytes, message: str
+) -> None:
     status, reply = await post(client, f"/{verb}", body)
     assert status == 400
     assert reply["verb"] == verb
@@ -56,17 +65,38 @@ async def test_bad_requests_are_counted(client: TestClient[Any, Any]) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=20,
 )
-protocol_keys = st.sampled_from(["Pod", "Nodes", "NodeNames", "nodenames", "NodeNameToMetaVictims",
-                                 "NodeNameToVictims", "PodName", "PodNamespace", "PodUID", "Node",
-                                 "items", "metadata", "name", "Pods", "UID", "NumPDBViolations"])
+protocol_keys = st.sampled_from(
+    [
+        "Pod",
+        "Nodes",
+        "NodeNames",
+        "nodenames",
+        "NodeNameToMetaVictims",
+        "NodeNameToVictims",
+        "PodName",
+        "PodNamespace",
+        "PodUID",
+        "Node",
+        "items",
+        "metadata",
+        "name",
+        "Pods",
+        "UID",
+        "NumPDBViolations",
+    ]
+)
 shaped = st.recursive(
     st.none() | st.integers() | st.text(max_size=6) | st.booleans(),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(protocol_keys, children, max_size=5),
     max_leaves=25,
 )
+
+
 def encode(value: Any) -> bytes:
     return json.dumps(value).encode()  # json, not orjson: integers beyond 64 bits are valid JSON
 

@@ -41,20 +41,42 @@ def wait_until_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 2
 
 
 def test_serve_answers_the_scheduler_and_stops_cleanly_on_sigterm(
-        prometheus: PrometheusServer, exporter: Exporter, case: str, tmp_path: Path) -> None:
-    set_load(exporter, case, {"ceph1": 0.2, "ceph2": 0.95, "ceph3": 0.1}, {"ceph1": 0.2, "ceph2": 0.2, "ceph3": 0.2})
+    prometheus: PrometheusServer, exporter: Exporter, case: str, tmp_path: Path
+) -> None:
+    set_load(
+        exporter,
+        case,
+        {"ceph1": 0.2, "ceph2": 0.95, "ceph3": 0.1},
+        {"ceph1": 0.2, "ceph2": 0.2, "ceph3": 0.2},
+    )
     prometheus.wait_for(f'loadext_test_cpu{{case="{case}"}}', lambda r: len(r) == 3)
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(live_config(prometheus.url, case)))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "loadext", "serve", "--config", str(config),
-                             "--listen", f"127.0.0.1:{port}", "--path-prefix", "/scheduler"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadext",
+            "serve",
+            "--config",
+            str(config),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--path-prefix",
+            "/scheduler",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_until_ready(url, proc)
-        request = urllib.request.Request(url + "/scheduler/filter", data=fixture_bytes("filter-names.json"),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            url + "/scheduler/filter",
+            data=fixture_bytes("filter-names.json"),
+            headers={"Content-Type": "application/json"},
+        )
         deadline = time.monotonic() + 10
         while True:
             with urllib.request.urlopen(request, timeout=5) as reply:
@@ -76,14 +98,19 @@ def test_serve_answers_the_scheduler_and_stops_cleanly_on_sigterm(
     assert "serving on 127.0.0.1" in output
 
 
-def test_explain_prints_the_why_not_table(prometheus: PrometheusServer, exporter: Exporter, case: str,
-                                          tmp_path: Path) -> None:
+def test_explain_prints_the_why_not_table(
+    prometheus: PrometheusServer, exporter: Exporter, case: str, tmp_path: Path
+) -> None:
     set_load(exporter, case, {"hot-1": 0.93, "calm-2": 0.25}, {"hot-1": 0.5, "calm-2": 0.4})
     prometheus.wait_for(f'loadext_test_memory{{case="{case}"}}', lambda r: len(r) == 2)
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(live_config(prometheus.url, case)))
-    table = subprocess.run([sys.executable, "-m", "loadext", "explain", "--config", str(config),
-                            "--node", "absent-3"], capture_output=True, text=True, timeout=60)
+    table = subprocess.run(
+        [sys.executable, "-m", "loadext", "explain", "--config", str(config), "--node", "absent-3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["NODE", "CPU", "MEMORY", "VERDICT", "SCORE", "REASON"]
@@ -94,7 +121,11 @@ def test_explain_prints_the_why_not_table(prometheus: PrometheusServer, exporter
     assert rows["absent-3"].split()[1:] == ["-", "-", "pass", "5", "-"]
     assert "absent-3" in table.stdout.split("nodes without a series:")[1]
 
-    as_json = subprocess.run([sys.executable, "-m", "loadext", "explain", "--config", str(config),
-                              "--output", "json"], capture_output=True, text=True, timeout=60)
+    as_json = subprocess.run(
+        [sys.executable, "-m", "loadext", "explain", "--config", str(config), "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     report = json.loads(as_json.stdout)
     assert {n["node"]: n["verdict"] for n in report["nodes"]} == {"hot-1": "reject", "calm-2": "pass"}

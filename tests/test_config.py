@@ -20,8 +20,10 @@ def errors_of(text: str) -> list[str]:
     return [str(e) for e in info.value.errors]
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("15s", 15), ("1m30s", 90), ("250ms", 0.25), ("1h", 3600), ("1.5s", 1.5), ("2m0s", 120)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("15s", 15), ("1m30s", 90), ("250ms", 0.25), ("1h", 3600), ("1.5s", 1.5), ("2m0s", 120)],
+)
 def test_durations_as_kubernetes_writes_them(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
@@ -41,13 +43,16 @@ def test_minimal_config_with_preset() -> None:
 
 
 def test_preset_identity_and_overrides() -> None:
-    config = parse_config(BASE + """
+    config = parse_config(
+        BASE
+        + """
 preset: node-exporter-by-ip
 signals:
   - {name: cpu, threshold: 0.7}
   - {name: memory, threshold: null, weight: 2}
   - {name: pressure, query: 'rate(node_pressure_cpu_waiting_seconds_total[5m])', threshold: 0.5}
-""")
+"""
+    )
     signals = {s.name: s for s in config.signals}
     assert config.node_identity.kind == "address" and config.node_identity.label == "instance"
     assert signals["cpu"].threshold == 0.7
@@ -84,20 +89,23 @@ scoring: {strategy: mostFree}
     ]
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("signals: []\n", "prometheus.url: is required"),
-    (BASE, "signals: no signals: give a preset or at least one signal"),
-    (BASE + "preset: kube-prom\n", "preset: must be one of kube-prometheus-stack"),
-    (BASE + "signals:\n  - {name: cpu}\n", "signals[0].query: is required"),
-    (BASE + "signals:\n  - {name: CPU, query: up}\n", "signals[0].name: must match"),
-    (BASE + "signals:\n  - {name: x, query: up, threshold: null, weight: 0}\n", "would do nothing"),
-    (BASE + "signals:\n  - {name: x, query: up}\n  - {name: x, query: up}\n", "listed twice"),
-    (BASE + "signals: {cpu: up}\n", "signals: must be a list"),
-    (BASE + "failurePolicy: open\nfailurePolicy: closed\n", "duplicate key 'failurePolicy'"),
-    ("prometheus: [\n", "invalid YAML"),
-    ("- 1\n", "<document>: must be a mapping"),
-    (BASE + "preset: kube-prometheus\nextra: 1\n", "line 3: extra: unknown key"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("signals: []\n", "prometheus.url: is required"),
+        (BASE, "signals: no signals: give a preset or at least one signal"),
+        (BASE + "preset: kube-prom\n", "preset: must be one of kube-prometheus-stack"),
+        (BASE + "signals:\n  - {name: cpu}\n", "signals[0].query: is required"),
+        (BASE + "signals:\n  - {name: CPU, query: up}\n", "signals[0].name: must match"),
+        (BASE + "signals:\n  - {name: x, query: up, threshold: null, weight: 0}\n", "would do nothing"),
+        (BASE + "signals:\n  - {name: x, query: up}\n  - {name: x, query: up}\n", "listed twice"),
+        (BASE + "signals: {cpu: up}\n", "signals: must be a list"),
+        (BASE + "failurePolicy: open\nfailurePolicy: closed\n", "duplicate key 'failurePolicy'"),
+        ("prometheus: [\n", "invalid YAML"),
+        ("- 1\n", "<document>: must be a mapping"),
+        (BASE + "preset: kube-prometheus\nextra: 1\n", "line 3: extra: unknown key"),
+    ],
+)
 def test_rejected_documents(text: str, expected: str) -> None:
     assert any(expected in error for error in errors_of(text)), errors_of(text)
 
@@ -110,8 +118,9 @@ def test_hash_tracks_effective_config_not_formatting() -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadext", *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "loadext", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_check_config_cli(tmp_path: Path) -> None:

@@ -37,24 +37,51 @@ def _node_exporter_by_ip() -> list[Series]:
     for instance, busy in {"10.0.0.1:9100": 0.3, "[fd00::3]:9100": 0.7}.items():
         for cpu in ("0", "1"):
             for mode, rate in {"idle": 1 - busy - 0.1, "iowait": 0.05, "steal": 0.05, "user": busy}.items():
-                out.append(("node_cpu_seconds_total", {"job": "node", "instance": instance, "cpu": cpu,
-                                                       "mode": mode}, rate, True))
+                out.append(
+                    (
+                        "node_cpu_seconds_total",
+                        {"job": "node", "instance": instance, "cpu": cpu, "mode": mode},
+                        rate,
+                        True,
+                    )
+                )
         out.append(("node_memory_MemTotal_bytes", {"job": "node", "instance": instance}, 8e9, False))
-        out.append(("node_memory_MemAvailable_bytes", {"job": "node", "instance": instance},
-                    8e9 * (1 - busy / 2), False))
+        out.append(
+            (
+                "node_memory_MemAvailable_bytes",
+                {"job": "node", "instance": instance},
+                8e9 * (1 - busy / 2),
+                False,
+            )
+        )
     return out
 
 
 def _kube_prometheus_stack() -> list[Series]:
     out: list[Series] = []
-    for node, ip, pod, cpu, memory in [("node-1", "10.0.0.1", "ne-aaa", 0.3, 0.4),
-                                       ("node-2", "10.0.0.2", "ne-bbb", 0.9, 0.5)]:
-        labels = {"job": "node-exporter", "instance": f"{ip}:9100", "namespace": "monitoring", "pod": pod,
-                  "service": "kps-prometheus-node-exporter", "endpoint": "http-metrics", "container": "node-exporter"}
+    for node, ip, pod, cpu, memory in [
+        ("node-1", "10.0.0.1", "ne-aaa", 0.3, 0.4),
+        ("node-2", "10.0.0.2", "ne-bbb", 0.9, 0.5),
+    ]:
+        labels = {
+            "job": "node-exporter",
+            "instance": f"{ip}:9100",
+            "namespace": "monitoring",
+            "pod": pod,
+            "service": "kps-prometheus-node-exporter",
+            "endpoint": "http-metrics",
+            "container": "node-exporter",
+        }
         out.append(("instance:node_cpu_utilisation:rate5m", labels, cpu, False))
         out.append(("instance:node_memory_utilisation:ratio", labels, memory, False))
-        out.append(("node_namespace_pod:kube_pod_info:", {"namespace": "monitoring", "pod": pod, "node": node},
-                    1, False))
+        out.append(
+            (
+                "node_namespace_pod:kube_pod_info:",
+                {"namespace": "monitoring", "pod": pod, "node": node},
+                1,
+                False,
+            )
+        )
     return out
 
 
@@ -77,21 +104,34 @@ def _kubelet_cadvisor() -> list[Series]:
             out.append(("container_memory_working_set_bytes", labels, 2e9 * share, False))
         ksm = {"job": "kube-state-metrics", "node": node}
         out.append(("kube_node_status_allocatable", {**ksm, "resource": "cpu", "unit": "core"}, 4, False))
-        out.append(("kube_node_status_allocatable", {**ksm, "resource": "memory", "unit": "byte"}, 8e9, False))
+        out.append(
+            ("kube_node_status_allocatable", {**ksm, "resource": "memory", "unit": "byte"}, 8e9, False)
+        )
     return out
 
 
 # preset -> (series, expected values per node, request kind)
 CASES: dict[str, tuple[list[Series], dict[str, dict[str, float]], dict[str, str] | None]] = {
-    "kube-prometheus-stack": (_kube_prometheus_stack(),
-                              {"node-1": {"cpu": 0.3, "memory": 0.4}, "node-2": {"cpu": 0.9, "memory": 0.5}}, None),
-    "kube-prometheus": (_kube_prometheus(),
-                        {"node-1": {"cpu": 0.3, "memory": 0.4}, "node-2": {"cpu": 0.9, "memory": 0.5}}, None),
-    "node-exporter-by-ip": (_node_exporter_by_ip(),
-                            {"ip4-node": {"cpu": 0.3, "memory": 0.15}, "ip6-node": {"cpu": 0.7, "memory": 0.35}},
-                            {"ip4-node": "10.0.0.1", "ip6-node": "fd00::3"}),
-    "kubelet-cadvisor": (_kubelet_cadvisor(),
-                         {"node-1": {"cpu": 0.3, "memory": 0.25}, "node-2": {"cpu": 0.9, "memory": 0.25}}, None),
+    "kube-prometheus-stack": (
+        _kube_prometheus_stack(),
+        {"node-1": {"cpu": 0.3, "memory": 0.4}, "node-2": {"cpu": 0.9, "memory": 0.5}},
+        None,
+    ),
+    "kube-prometheus": (
+        _kube_prometheus(),
+        {"node-1": {"cpu": 0.3, "memory": 0.4}, "node-2": {"cpu": 0.9, "memory": 0.5}},
+        None,
+    ),
+    "node-exporter-by-ip": (
+        _node_exporter_by_ip(),
+        {"ip4-node": {"cpu": 0.3, "memory": 0.15}, "ip6-node": {"cpu": 0.7, "memory": 0.35}},
+        {"ip4-node": "10.0.0.1", "ip6-node": "fd00::3"},
+    ),
+    "kubelet-cadvisor": (
+        _kubelet_cadvisor(),
+        {"node-1": {"cpu": 0.3, "memory": 0.25}, "node-2": {"cpu": 0.9, "memory": 0.25}},
+        None,
+    ),
 }
 
 
@@ -109,16 +149,18 @@ def backfilled(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Prome
 
 
 @pytest.mark.parametrize("backfilled", list(CASES), indirect=True)
-async def test_preset_yields_node_ratios(backfilled: PrometheusServer, start_loadext: StartLoadext,
-                                         request: pytest.FixtureRequest) -> None:
+async def test_preset_yields_node_ratios(
+    backfilled: PrometheusServer, start_loadext: StartLoadext, request: pytest.FixtureRequest
+) -> None:
     preset = request.node.callspec.params["backfilled"]
     _, expected, addresses = CASES[preset]
-    loadext = await start_loadext({"prometheus": {"url": backfilled.url}, "preset": preset,
-                                   "refreshInterval": "200ms"})
+    loadext = await start_loadext(
+        {"prometheus": {"url": backfilled.url}, "preset": preset, "refreshInterval": "200ms"}
+    )
     body: dict[str, Any] = full_nodes_request(addresses) if addresses else names_request(*expected)
 
     async def decided() -> bool:
-        status, reply = await loadext.post("filter", body)
+        status, _reply = await loadext.post("filter", body)
         assert status == 200
         values = await loadext.node_values()
         got = {n: {s: round(v, 3) for s, v in values.get(n, {}).items()} for n in expected}

@@ -19,7 +19,9 @@ from harness.prometheus import PrometheusServer, scrape_config
 from tests.conftest import Loadext, StartLoadext, eventually, fixture_bytes, live_config
 
 
-def set_load(exporter: Exporter, case: str, cpu: dict[str, float], memory: dict[str, float] | None = None) -> None:
+def set_load(
+    exporter: Exporter, case: str, cpu: dict[str, float], memory: dict[str, float] | None = None
+) -> None:
     for node, value in cpu.items():
         exporter.set_gauge("loadext_test_cpu", value, case=case, node=node)
     for node, value in (memory or {}).items():
@@ -53,7 +55,8 @@ def metric_value(text: str, name: str, **labels: str) -> float:
 
 
 async def test_decisions_follow_prometheus_values(
-        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str
+) -> None:
     set_load(exporter, case, {"a": 0.95, "b": 0.40, "c": 0.10}, {"a": 0.5, "b": 0.5, "c": 0.5})
     loadext = await start_loadext(live_config(prometheus.url, case))
     await sees(loadext, {n: {"cpu": c, "memory": 0.5} for n, c in {"a": 0.95, "b": 0.4, "c": 0.1}.items()})
@@ -81,13 +84,15 @@ async def test_decisions_follow_prometheus_values(
 
 
 async def test_missing_nodes_follow_the_missing_data_policy(
-        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str
+) -> None:
     set_load(exporter, case, {"known": 0.2}, {"known": 0.2})
     loadext = await start_loadext(live_config(prometheus.url, case))
     await sees(loadext, {"known": {"cpu": 0.2, "memory": 0.2}})
     status, reply = await loadext.post("filter", names_request("known", "ghost"))
+    assert status == 200
     assert reply["NodeNames"] == ["known", "ghost"]  # pass: no data is not a reason to refuse
-    status, scores = await loadext.post("prioritize", names_request("known", "ghost"))
+    _status, scores = await loadext.post("prioritize", names_request("known", "ghost"))
     assert {s["Host"]: s["Score"] for s in scores} == {"known": 8, "ghost": 5}  # ghost: neutral
 
     # The mapping check reports the node without series, in /metrics and in explain.
@@ -111,11 +116,12 @@ async def _filter_reasons(loadext: Loadext, nodes: list[str], node: str) -> bool
 
 
 async def test_nan_and_inf_are_dropped_and_counted_and_ratios_clamped(
-        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str
+) -> None:
     set_load(exporter, case, {"nan": math.nan, "inf": math.inf, "over": 1.3, "under": -0.2})
     loadext = await start_loadext(live_config(prometheus.url, case, missingData="reject"))
     await sees(loadext, {"over": {"cpu": 1.0}, "under": {"cpu": 0.0}, "nan": None, "inf": None})
-    status, reply = await loadext.post("filter", names_request("nan", "inf", "over", "under"))
+    _status, reply = await loadext.post("filter", names_request("nan", "inf", "over", "under"))
     assert reply["NodeNames"] == []
     assert reply["FailedAndUnresolvableNodes"]["nan"].startswith("loadext: no fresh cpu data")
     assert reply["FailedAndUnresolvableNodes"]["over"].startswith("loadext: cpu above 80%")
@@ -123,7 +129,8 @@ async def test_nan_and_inf_are_dropped_and_counted_and_ratios_clamped(
 
 
 async def test_series_matching_no_node_are_reported(
-        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str
+) -> None:
     set_load(exporter, case, {"worker-1": 0.3, "worker-1.example.internal": 0.3})
     loadext = await start_loadext(live_config(prometheus.url, case))
     await loadext.post("filter", names_request("worker-1"))
@@ -146,46 +153,64 @@ def full_nodes_request(nodes: dict[str, str]) -> dict[str, Any]:
     for name, ip in nodes.items():
         node = orjson.loads(orjson.dumps(template))
         node["metadata"]["name"] = name
-        node["status"]["addresses"] = [{"type": "InternalIP", "address": ip},
-                                       {"type": "Hostname", "address": name}]
+        node["status"]["addresses"] = [
+            {"type": "InternalIP", "address": ip},
+            {"type": "Hostname", "address": name},
+        ]
         items.append(node)
     request["Nodes"]["items"] = items
     return request
 
 
 async def test_address_identities_match_internal_ips_including_ipv6(
-        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str
+) -> None:
     for instance, value in {"10.1.0.1:9100": 0.95, "[fd00::2]:9100": 0.20, "10.1.0.3:9100": 0.50}.items():
         exporter.set_gauge("loadext_test_cpu_by_ip", value, case=case, instance=instance)
-    config = live_config(prometheus.url, case, nodeIdentity={"label": "instance", "kind": "address"},
-                         signals=[{"name": "cpu", "query": f'loadext_test_cpu_by_ip{{case="{case}"}}',
-                                   "threshold": 0.8}])
+    config = live_config(
+        prometheus.url,
+        case,
+        nodeIdentity={"label": "instance", "kind": "address"},
+        signals=[{"name": "cpu", "query": f'loadext_test_cpu_by_ip{{case="{case}"}}', "threshold": 0.8}],
+    )
     loadext = await start_loadext(config)
     nodes = {"n1": "10.1.0.1", "n2": "fd00:0:0::2", "n3": "10.1.0.3"}
 
     async def decided() -> bool:
-        status, reply = await loadext.post("filter", full_nodes_request(nodes))
+        _status, reply = await loadext.post("filter", full_nodes_request(nodes))
         assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["n2", "n3"]
         assert reply["FailedAndUnresolvableNodes"] == {"n1": "loadext: cpu above 80%"}
         return True
 
     await eventually(decided)
     # The addresses learnt from that request now serve cache-mode requests too.
-    status, scores = await loadext.post("prioritize", names_request("n2", "n3"))
+    _status, scores = await loadext.post("prioritize", names_request("n2", "n3"))
     assert {s["Host"]: s["Score"] for s in scores} == {"n2": 8, "n3": 5}
     report = await loadext.explain()
     assert {r["node"]: r["identity"] for r in report["nodes"]} == {
-        "n1": "10.1.0.1", "n2": "fd00::2", "n3": "10.1.0.3"}
+        "n1": "10.1.0.1",
+        "n2": "fd00::2",
+        "n3": "10.1.0.3",
+    }
     assert metric_value(await loadext.metrics(), "loadext_node_signal_ratio", node="n2", signal="cpu") == 0.2
 
 
 FAULTS = [
-    ("status", {"status": 400, "body": b'{"status":"error","errorType":"bad_data","error":"parse error"}'},
-     "bad_query"),
-    ("status", {"status": 422, "body": b'{"status":"error","errorType":"execution","error":"many-to-many"}'},
-     "execution"),
-    ("status", {"status": 503, "body": b'{"status":"error","errorType":"timeout","error":"timeout"}'},
-     "unavailable"),
+    (
+        "status",
+        {"status": 400, "body": b'{"status":"error","errorType":"bad_data","error":"parse error"}'},
+        "bad_query",
+    ),
+    (
+        "status",
+        {"status": 422, "body": b'{"status":"error","errorType":"execution","error":"many-to-many"}'},
+        "execution",
+    ),
+    (
+        "status",
+        {"status": 503, "body": b'{"status":"error","errorType":"timeout","error":"timeout"}'},
+        "unavailable",
+    ),
     ("status", {"status": 502, "body": b"bad gateway"}, "http_5xx"),
     ("garbage", {}, "parse"),
     ("down", {}, "connection"),
@@ -195,8 +220,15 @@ FAULTS = [
 
 @pytest.mark.parametrize(("mode", "options", "kind"), FAULTS, ids=[f[2] for f in FAULTS])
 async def test_prometheus_faults_keep_answers_fast_and_data_until_max_age(
-        prometheus: PrometheusServer, proxy: FaultProxy, exporter: Exporter, start_loadext: StartLoadext,
-        case: str, mode: str, options: dict[str, Any], kind: str) -> None:
+    prometheus: PrometheusServer,
+    proxy: FaultProxy,
+    exporter: Exporter,
+    start_loadext: StartLoadext,
+    case: str,
+    mode: str,
+    options: dict[str, Any],
+    kind: str,
+) -> None:
     set_load(exporter, case, {"hot": 0.9, "cool": 0.1}, {"hot": 0.1, "cool": 0.1})
     loadext = await start_loadext(live_config(proxy.url, case, maxDataAge="2s"))
     await sees(loadext, {"hot": {"cpu": 0.9, "memory": 0.1}, "cool": {"cpu": 0.1, "memory": 0.1}})
@@ -224,8 +256,9 @@ async def test_prometheus_faults_keep_answers_fast_and_data_until_max_age(
     started = time.perf_counter()
     status, reply = await loadext.post("filter", names_request("hot", "cool"))
     assert time.perf_counter() - started < 1.0
+    assert status == 200
     assert reply["NodeNames"] == ["hot", "cool"] and reply["FailedAndUnresolvableNodes"] == {}
-    status, scores = await loadext.post("prioritize", names_request("hot", "cool"))
+    _status, scores = await loadext.post("prioritize", names_request("hot", "cool"))
     assert [s["Score"] for s in scores] == [5, 5]
 
     proxy.set("pass")  # Prometheus is back: so are the decisions
@@ -240,8 +273,12 @@ async def test_prometheus_faults_keep_answers_fast_and_data_until_max_age(
 
 
 async def test_failure_policy_closed_rejects_every_node(
-        prometheus: PrometheusServer, proxy: FaultProxy, exporter: Exporter, start_loadext: StartLoadext,
-        case: str) -> None:
+    prometheus: PrometheusServer,
+    proxy: FaultProxy,
+    exporter: Exporter,
+    start_loadext: StartLoadext,
+    case: str,
+) -> None:
     set_load(exporter, case, {"x": 0.1}, {"x": 0.1})
     loadext = await start_loadext(live_config(proxy.url, case, maxDataAge="1s", failurePolicy="closed"))
     await sees(loadext, {"x": {"cpu": 0.1, "memory": 0.1}})
@@ -249,7 +286,9 @@ async def test_failure_policy_closed_rejects_every_node(
 
     async def closed() -> bool:
         _, reply = await loadext.post("filter", names_request("x"))
-        assert reply["FailedAndUnresolvableNodes"] == {"x": "loadext: no fresh metrics (failurePolicy closed)"}
+        assert reply["FailedAndUnresolvableNodes"] == {
+            "x": "loadext: no fresh metrics (failurePolicy closed)"
+        }
         return True
 
     await eventually(closed)
@@ -257,14 +296,19 @@ async def test_failure_policy_closed_rejects_every_node(
     assert metric_value(metrics, "loadext_node_rejections_total", signal="cpu", cause="degraded") >= 1
 
 
-async def test_real_bad_query_is_classified(prometheus: PrometheusServer, start_loadext: StartLoadext,
-                                            case: str) -> None:
-    config = live_config(prometheus.url, case, signals=[{"name": "cpu", "query": "rate(foo[1m]", "threshold": 0.8}])
+async def test_real_bad_query_is_classified(
+    prometheus: PrometheusServer, start_loadext: StartLoadext, case: str
+) -> None:
+    config = live_config(
+        prometheus.url, case, signals=[{"name": "cpu", "query": "rate(foo[1m]", "threshold": 0.8}]
+    )
     loadext = await start_loadext(config)
 
     async def classified() -> bool:
         text = await loadext.metrics()
-        assert metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="bad_query") >= 1
+        assert (
+            metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="bad_query") >= 1
+        )
         return True
 
     await eventually(classified)
@@ -272,11 +316,22 @@ async def test_real_bad_query_is_classified(prometheus: PrometheusServer, start_
 
 
 async def test_prometheus_warnings_are_logged(
-        prometheus: PrometheusServer, proxy: FaultProxy, start_loadext: StartLoadext, case: str,
-        caplog: pytest.LogCaptureFixture) -> None:
-    body = orjson.dumps({"status": "success", "warnings": ["remote read partial: store down"],
-                         "data": {"resultType": "vector", "result": [
-                             {"metric": {"node": "w1"}, "value": [time.time(), "0.42"]}]}})
+    prometheus: PrometheusServer,
+    proxy: FaultProxy,
+    start_loadext: StartLoadext,
+    case: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    body = orjson.dumps(
+        {
+            "status": "success",
+            "warnings": ["remote read partial: store down"],
+            "data": {
+                "resultType": "vector",
+                "result": [{"metric": {"node": "w1"}, "value": [time.time(), "0.42"]}],
+            },
+        }
+    )
     proxy.set("status", status=200, body=body)
     caplog.set_level(logging.WARNING, logger="loadext")
     loadext = await start_loadext(live_config(proxy.url, case))
@@ -284,8 +339,9 @@ async def test_prometheus_warnings_are_logged(
     assert "prometheus warning for signal cpu: remote read partial: store down" in caplog.text
 
 
-async def test_prometheus_stopped(tmp_path: Path, exporter: Exporter, start_loadext: StartLoadext,
-                                  case: str) -> None:
+async def test_prometheus_stopped(
+    tmp_path: Path, exporter: Exporter, start_loadext: StartLoadext, case: str
+) -> None:
     own = PrometheusServer(str(tmp_path), scrape_config(exporter.target))
     try:
         set_load(exporter, case, {"hot": 0.99, "cool": 0.0}, {"hot": 0.0, "cool": 0.0})
@@ -299,7 +355,9 @@ async def test_prometheus_stopped(tmp_path: Path, exporter: Exporter, start_load
 
     async def degraded() -> bool:
         text = await loadext.metrics()
-        assert metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="connection") >= 1
+        assert (
+            metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="connection") >= 1
+        )
         assert metric_value(text, "loadext_degraded") == 1
         return True
 

@@ -79,7 +79,8 @@ async def test_filter_full_nodes_echoes_node_objects_unchanged(client: TestClien
     # the reference reply in the fixtures carries the same node objects
     reference = orjson.loads(fixture_bytes("filter-result-nodes.json"))
     assert sorted(n["metadata"]["name"] for n in reply["Nodes"]["items"]) == sorted(
-        n["metadata"]["name"] for n in reference["Nodes"]["items"])
+        n["metadata"]["name"] for n in reference["Nodes"]["items"]
+    )
 
 
 @pytest.mark.parametrize("fixture", ["prioritize-names.json", "prioritize-nodes.json"])
@@ -91,19 +92,24 @@ async def test_prioritize_is_a_bare_array_of_int_scores(client: TestClient[Any, 
     scores = {entry["Host"]: entry["Score"] for entry in reply}
     # leastLoaded: 10 x mean free share over cpu and memory
     assert scores == {"ceph1": 6, "ceph2": 0, "ceph3": 7}
-    assert b"Score\":6" in orjson.dumps(reply)  # ints on the wire, never 6.0
+    assert b'Score":6' in orjson.dumps(reply)  # ints on the wire, never 6.0
 
 
 @pytest.mark.parametrize("fixture", ["preempt-meta.json", "preempt-full.json"])
 async def test_preempt_drops_overloaded_candidates_and_keeps_victims(
-        client: TestClient[Any, Any], fixture: str) -> None:
+    client: TestClient[Any, Any], fixture: str
+) -> None:
     status, reply = await post(client, "/preempt", fixture_bytes(fixture))
     assert status == 200
     assert list(reply) == ["NodeNameToMetaVictims"]  # the meta form in both modes
     assert reply["NodeNameToMetaVictims"] == {
-        "ceph3": {"Pods": [{"UID": "d32408b4-8c87-58fd-8cd2-adb50cd3b8e0"},
-                           {"UID": "c2c004dc-c406-54e5-b32b-9393a9578e42"}],
-                  "NumPDBViolations": 1},
+        "ceph3": {
+            "Pods": [
+                {"UID": "d32408b4-8c87-58fd-8cd2-adb50cd3b8e0"},
+                {"UID": "c2c004dc-c406-54e5-b32b-9393a9578e42"},
+            ],
+            "NumPDBViolations": 1,
+        },
     }
 
 
@@ -131,7 +137,8 @@ async def test_edge_requests(client: TestClient[Any, Any]) -> None:
 async def test_daemonset_pods_are_never_filtered(client: TestClient[Any, Any]) -> None:
     request = orjson.loads(fixture_bytes("filter-names.json"))
     request["Pod"]["metadata"]["ownerReferences"] = [
-        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent", "uid": "x", "controller": True}]
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent", "uid": "x", "controller": True}
+    ]
     status, reply = await post(client, "/filter", orjson.dumps(request))
     assert status == 200
     assert reply["NodeNames"] == ["ceph2", "ceph3", "ceph1"]
@@ -144,7 +151,7 @@ async def test_daemonset_pods_are_never_filtered(client: TestClient[Any, Any]) -
 
 async def test_unschedulable_rejections_go_to_failed_nodes(aiohttp_client: Any) -> None:
     client = await client_for(aiohttp_client, make_extender(CONFIG + "rejectedNodes: unschedulable\n"))
-    status, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))
+    _status, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))
     assert reply["FailedNodes"] == {"ceph2": REASON}
     assert reply["FailedAndUnresolvableNodes"] == {}
 

@@ -24,7 +24,8 @@ async def rejected(loadext: Loadext, nodes: list[str]) -> dict[str, str]:
 
 
 async def test_valid_change_applies_without_restart(
-        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
+    prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str
+) -> None:
     set_load(exporter, case, {"warm": 0.85, "cool": 0.2}, {"warm": 0.3, "cool": 0.3})
     config = live_config(prometheus.url, case)
     loadext = await start_loadext(config)
@@ -48,8 +49,12 @@ async def test_valid_change_applies_without_restart(
 
 
 async def test_invalid_change_is_rejected_and_the_old_config_kept(
-        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str,
-        caplog: pytest.LogCaptureFixture) -> None:
+    prometheus: PrometheusServer,
+    exporter: Exporter,
+    start_loadext: StartLoadext,
+    case: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     set_load(exporter, case, {"warm": 0.85}, {"warm": 0.3})
     config = live_config(prometheus.url, case)
     loadext = await start_loadext(config)
@@ -101,8 +106,8 @@ def kubelet_projection(root: Path, text: str, generation: int) -> None:
 
 
 async def test_configmap_symlink_swap_is_picked_up(
-        prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str,
-        tmp_path: Path) -> None:
+    prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str, tmp_path: Path
+) -> None:
     set_load(exporter, case, {"warm": 0.85}, {"warm": 0.3})
     volume = tmp_path / "volume"
     volume.mkdir()
