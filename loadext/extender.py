@@ -68,6 +68,7 @@ class Extender:
         self._table = None
         self.telemetry.prepare_signals(s.name for s in self.config.signals)
         self.telemetry.set_config_hash(self.config.hash)
+        self.telemetry.config_last_reload.set(self.clock())
         self.telemetry.export_node_signals(self.node_signals if self.config.per_node_metrics else None)
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ async def test_valid_change_applies_without_restart(
     assert metric_value(metrics, "loadext_config_info", hash=loadext.extender.config.hash) == 1
     assert loadext.extender.config.hash != old_hash
     assert f'hash="{old_hash}"' not in metrics
+    assert metric_value(metrics, "loadext_config_last_reload_success_timestamp_seconds") > time.time() - 30
 
 
 async def test_invalid_change_is_rejected_and_the_old_config_kept(
