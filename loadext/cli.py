@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from loadext import __version__
-from loadext.config import ConfigError, load_config, parse_duration
+from loadext.config import Config, ConfigError, load_config, parse_config, parse_duration
 from loadext.extender import Extender
 from loadext.telemetry import Telemetry
 
@@ -44,6 +44,13 @@ def _duration(value: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _configmap_ref(value: str) -> tuple[str, str]:
+    namespace, sep, name = value.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"{value!r} is not NAMESPACE/NAME")
+    return namespace, name
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loadext", description="Load-aware scheduling extender for kube-scheduler."
@@ -53,7 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the extender HTTP server")
-    serve.add_argument("--config", required=True, help="YAML config file (a mounted ConfigMap key)")
+    source = serve.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--config", help="YAML config file (a mounted ConfigMap key), reloaded when it changes"
+    )
+    source.add_argument(
+        "--configmap",
+        type=_configmap_ref,
+        metavar="NAMESPACE/NAME",
+        help="read and watch the config in this ConfigMap through the API instead; "
+        "rejected versions are also reported as Events on it",
+    )
+    serve.add_argument(
+        "--configmap-key", default="config.yaml", help="key of the ConfigMap (default config.yaml)"
+    )
     serve.add_argument(
         "--listen",
         type=parse_listen,
@@ -123,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         for error in exc.errors:
             print(f"  {error}", file=sys.stderr)
         return 1
-    except OSError as exc:
+    except (OSError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
@@ -133,38 +153,57 @@ def _serve(args: argparse.Namespace) -> int:
 
     from loadext import kube
     from loadext.refresher import Refresher
-    from loadext.reload import ConfigFileWatcher
-    from loadext.server import Runtime, create_app
+    from loadext.reload import ConfigFileWatcher, ConfigReloader
+    from loadext.server import ConfigMapRef, Runtime, create_app
 
-    with open(args.config, encoding="utf-8") as handle:
-        text = handle.read()
-    config = load_config(args.config)
+    wants_api = args.kubeconfig or args.configmap or args.watch_nodes
+    api = kube.api_client(args.kubeconfig) if wants_api else None
+    configmap = None
+    if args.configmap:
+        namespace, name = args.configmap
+        configmap = ConfigMapRef(namespace, name, args.configmap_key)
+    if configmap is not None:
+        if api is None:
+            raise OSError("--configmap needs a Kubernetes API client (--kubeconfig, or run in a pod)")
+        source = f"configmap {configmap.namespace}/{configmap.name} key {configmap.key}"
+        text = kube.read_configmap(api, configmap.namespace, configmap.name, configmap.key)
+    else:
+        source = args.config
+        with open(args.config, encoding="utf-8") as handle:
+            text = handle.read()
+    config = parse_config(text, source=source)
+    if config.bind_enabled and api is None:
+        api = kube.api_client(None)
     telemetry = Telemetry()
     telemetry.config_reloads.labels("success").inc()
     extender = Extender(config, telemetry)
     refresher = Refresher(extender)
 
-    def apply(new_config: Any) -> None:
+    def apply(new_config: Config) -> None:
         extender.apply_config(new_config)
         refresher.poke()
 
+    reloader = ConfigReloader(text, apply, telemetry)
     runtime = Runtime(
         extender=extender,
         refresher=refresher,
-        config_watcher=ConfigFileWatcher(args.config, text, apply, telemetry, args.reload_interval),
-        kube_api=kube.api_client(args.kubeconfig)
-        if (args.kubeconfig or config.bind_enabled or args.watch_nodes)
+        config_watcher=ConfigFileWatcher(args.config, reloader, args.reload_interval)
+        if args.config
         else None,
+        configmap=configmap,
+        reloader=reloader,
+        kube_api=api,
         watch_nodes=args.watch_nodes,
     )
     app = create_app(runtime, args.path_prefix, args.max_body_size)
     host, port = args.listen
     log.info(
-        "loadext %s serving on %s:%d%s (config hash %s)",
+        "loadext %s serving on %s:%d%s (config from %s, hash %s)",
         __version__,
         host,
         port,
         args.path_prefix,
+        source,
         config.hash,
     )
     web.run_app(app, host=host, port=port, access_log=None, print=None, shutdown_timeout=10)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config, watch
@@ -63,16 +64,19 @@ def node_addresses(node: Any) -> list[str]:
     return [a.address for a in addresses if a.type in ("InternalIP", "ExternalIP")]
 
 
-class NodeWatcher:
-    """List then watch Nodes; re-list on 410 Gone or any error, with a capped backoff."""
+class ListWatch:
+    """List, then watch from that resourceVersion; re-list on 410 Gone or any error, with a
+    capped backoff. `on_list` gets the full list, `on_event` each later change."""
 
     def __init__(
         self,
-        api: Any,
-        on_list: Callable[[dict[str, Iterable[str]]], None],
-        on_event: Callable[[str, str, list[str]], None],
+        list_call: Callable[..., Any],
+        on_list: Callable[[list[Any]], None],
+        on_event: Callable[[str, Any], None],
+        **list_args: Any,
     ) -> None:
-        self.api = api
+        self.list_call = list_call
+        self.list_args = list_args
         self.on_list = on_list
         self.on_event = on_event
         self.stop = threading.Event()
@@ -81,27 +85,75 @@ class NodeWatcher:
         backoff = 1.0
         while not self.stop.is_set():
             try:
-                listed = self.api.list_node()
-                self.on_list({n.metadata.name: node_addresses(n) for n in listed.items})
+                listed = self.list_call(**self.list_args)
+                self.on_list(listed.items)
                 backoff = 1.0
                 stream = watch.Watch().stream(
-                    self.api.list_node,
+                    self.list_call,
                     resource_version=listed.metadata.resource_version,
                     timeout_seconds=60,
                     _request_timeout=75,
+                    **self.list_args,
                 )
                 for event in stream:
                     if self.stop.is_set():
                         return
-                    node = event["object"]
-                    self.on_event(event["type"], node.metadata.name, node_addresses(node))
+                    self.on_event(event["type"], event["object"])
             except ApiException as exc:
                 if exc.status == 410:  # resourceVersion too old: re-list at once
                     continue
-                log.warning("node watch failed: %s %s", exc.status, exc.reason)
+                log.warning("watch failed: %s %s", exc.status, exc.reason)
             except Exception as exc:  # network errors of every kind: re-list after a pause
-                log.warning("node watch failed: %s", exc)
+                log.warning("watch failed: %s", exc)
             else:
                 continue  # the watch ended normally (server timeout): watch again
             self.stop.wait(backoff)
             backoff = min(backoff * 2, 30.0)
+
+    def start(self) -> ListWatch:
+        threading.Thread(target=self.run, name="list-watch", daemon=True).start()
+        return self
+
+
+def read_configmap(api: Any, namespace: str, name: str, key: str) -> str:
+    configmap = api.read_namespaced_config_map(name, namespace)
+    data = configmap.data or {}
+    if key not in data:
+        raise KeyError(f"ConfigMap {namespace}/{name} has no key {key!r} (keys: {', '.join(data) or 'none'})")
+    return str(data[key])
+
+
+def configmap_event(api: Any, configmap: Any, reason: str, message: str) -> None:
+    """A Warning Event on the ConfigMap, where `kubectl describe configmap` shows it."""
+    now = datetime.now(UTC)
+    meta = configmap.metadata
+    event = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name=f"{meta.name}.", namespace=meta.namespace),
+        involved_object=client.V1ObjectReference(
+            api_version="v1",
+            kind="ConfigMap",
+            name=meta.name,
+            namespace=meta.namespace,
+            uid=meta.uid,
+            resource_version=meta.resource_version,
+        ),
+        reason=reason,
+        message=message[:1024],
+        type="Warning",
+        count=1,
+        first_timestamp=now,
+        last_timestamp=now,
+        source=client.V1EventSource(component="loadext"),
+        reporting_component="loadext",
+        reporting_instance=os.environ.get("HOSTNAME", "loadext"),
+    )
+    try:
+        api.create_namespaced_event(meta.namespace, event)
+    except ApiException as exc:
+        log.warning(
+            "could not record an Event on ConfigMap %s/%s: %s %s",
+            meta.namespace,
+            meta.name,
+            exc.status,
+            exc.reason,
+        )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from cachetools import TTLCache
 
@@ -68,7 +68,7 @@ class NodeDirectory:
         self._seen.pop(name, None)
         self._by_ip = None
 
-    def replace_all(self, nodes: dict[str, Iterable[str]]) -> None:
+    def replace_all(self, nodes: Mapping[str, Iterable[str]]) -> None:
         """A fresh list from the API (after a watch restart) replaces what the watch knew."""
         self._watched = {}
         for name, addresses in nodes.items():

@@ -1,9 +1,12 @@
-"""Live config reload from a mounted ConfigMap file.
+"""Live config reload, from a mounted ConfigMap file or from the ConfigMap object itself.
+
+Both sources hand raw text to one ConfigReloader, which applies a valid new version and rejects
+an invalid one loudly (log line, metric, and an optional callback that kube.py uses to write a
+Kubernetes Event) while the last good config stays in force.
 
 The kubelet updates a ConfigMap volume by writing a new timestamped directory and swapping the
 `..data` symlink, so inotify on the file itself misses the change. Polling the path's content
-hash sees it whatever the mechanism (symlink swap, in-place write, editor rename). A change that
-fails validation is reported loudly and the last good config stays in force.
+hash sees it whatever the mechanism (symlink swap, in-place write, editor rename).
 """
 
 from __future__ import annotations
@@ -19,50 +22,62 @@ from loadext.telemetry import Telemetry
 log = logging.getLogger(__name__)
 
 
-class ConfigFileWatcher:
+class ConfigReloader:
     def __init__(
         self,
-        path: str,
         initial_text: str,
         apply: Callable[[Config], None],
         telemetry: Telemetry,
-        interval: float = 2.0,
+        on_rejected: Callable[[str], None] | None = None,
     ) -> None:
-        self.path = path
         self.apply = apply
         self.telemetry = telemetry
-        self.interval = interval
-        self._seen = _digest(initial_text.encode())
+        self.on_rejected = on_rejected
+        self._seen = _digest(initial_text)
         self.last_error: str | None = None
 
-    def check(self) -> bool | None:
-        """Look once: True if a new config was applied, False if rejected, None if unchanged."""
-        try:
-            with open(self.path, "rb") as handle:
-                raw = handle.read()
-        except OSError as exc:
-            message = f"cannot read {self.path}: {exc}"
-            if message != self.last_error:
-                log.error("config reload failed, keeping the last good config: %s", message)
-                self.telemetry.config_reloads.labels("failure").inc()
-                self.last_error = message
-            return False
-        digest = _digest(raw)
+    def offer(self, text: str, source: str) -> bool | None:
+        """A version of the config: True if applied, False if rejected, None if unchanged."""
+        digest = _digest(text)
         if digest == self._seen:
             return None
         self._seen = digest
         try:
-            config = parse_config(raw.decode("utf-8", errors="replace"), source=self.path)
+            config = parse_config(text, source=source)
         except ConfigError as exc:
-            self.last_error = str(exc)
-            log.error("config reload rejected, keeping the last good config: %s", exc)
-            self.telemetry.config_reloads.labels("failure").inc()
+            self.reject(str(exc))
             return False
         self.apply(config)
         self.last_error = None
         self.telemetry.config_reloads.labels("success").inc()
-        log.info("config reloaded from %s (hash %s)", self.path, config.hash)
+        log.info("config reloaded from %s (hash %s)", source, config.hash)
         return True
+
+    def reject(self, message: str) -> None:
+        """Report a config that cannot be used; repeated identical reports are logged once."""
+        if message == self.last_error:
+            return
+        self.last_error = message
+        log.error("config reload rejected, keeping the last good config: %s", message)
+        self.telemetry.config_reloads.labels("failure").inc()
+        if self.on_rejected is not None:
+            self.on_rejected(message)
+
+
+class ConfigFileWatcher:
+    def __init__(self, path: str, reloader: ConfigReloader, interval: float = 2.0) -> None:
+        self.path = path
+        self.reloader = reloader
+        self.interval = interval
+
+    def check(self) -> bool | None:
+        try:
+            with open(self.path, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+        except OSError as exc:
+            self.reloader.reject(f"cannot read {self.path}: {exc}")
+            return False
+        return self.reloader.offer(text, self.path)
 
     async def run(self) -> None:
         while True:
@@ -70,5 +85,5 @@ class ConfigFileWatcher:
             self.check()
 
 
-def _digest(raw: bytes) -> str:
-    return hashlib.sha256(raw).hexdigest()
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +30,19 @@ from loadext.protocol import (
     encode_binding_result,
 )
 from loadext.refresher import Refresher
-from loadext.reload import ConfigFileWatcher
+from loadext.reload import ConfigFileWatcher, ConfigReloader
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 256 * 1024 * 1024  # a 5000-node non-cache request is ~37 MB
 JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class ConfigMapRef:
+    namespace: str
+    name: str
+    key: str = "config.yaml"
 
 
 @dataclass
@@ -46,6 +52,8 @@ class Runtime:
     extender: Extender
     refresher: Refresher | None = None
     config_watcher: ConfigFileWatcher | None = None
+    configmap: ConfigMapRef | None = None
+    reloader: ConfigReloader | None = None
     kube_api: Any = None
     watch_nodes: bool = False
 
@@ -158,38 +166,82 @@ def _background(runtime: Runtime) -> Callable[[web.Application], AsyncIterator[N
             tasks.append(asyncio.create_task(runtime.refresher.run(), name="refresher"))
         if runtime.config_watcher is not None:
             tasks.append(asyncio.create_task(runtime.config_watcher.run(), name="config-watcher"))
-        node_watcher = _start_node_watch(runtime) if runtime.watch_nodes else None
+        watches = [w for w in (_watch_nodes(runtime), _watch_configmap(runtime)) if w is not None]
         yield
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if node_watcher is not None:
-            node_watcher.stop.set()
+        for watch in watches:
+            watch.stop.set()
         if runtime.refresher is not None:
             runtime.refresher.close()
 
     return jobs
 
 
-def _start_node_watch(runtime: Runtime) -> kube.NodeWatcher | None:
+def _watch_nodes(runtime: Runtime) -> kube.ListWatch | None:
     """Nodes from the API feed the directory on the loop thread (it is not thread-safe)."""
+    if not runtime.watch_nodes:
+        return None
     if runtime.kube_api is None:
         log.warning("--watch-nodes needs a Kubernetes API client; node addresses come from requests only")
         return None
     loop = asyncio.get_running_loop()
     directory = runtime.extender.directory
 
-    def on_list(nodes: dict[str, Iterable[str]]) -> None:
-        loop.call_soon_threadsafe(directory.replace_all, nodes)
+    def on_list(nodes: list[Any]) -> None:
+        listed = {node.metadata.name: kube.node_addresses(node) for node in nodes}
+        loop.call_soon_threadsafe(directory.replace_all, listed)
 
-    def on_event(kind: str, name: str, addresses: list[str]) -> None:
+    def on_event(kind: str, node: Any) -> None:
         if kind == "DELETED":
-            loop.call_soon_threadsafe(directory.delete, name)
+            loop.call_soon_threadsafe(directory.delete, node.metadata.name)
         else:
-            loop.call_soon_threadsafe(directory.upsert, name, addresses)
+            loop.call_soon_threadsafe(directory.upsert, node.metadata.name, kube.node_addresses(node))
 
-    watcher = kube.NodeWatcher(runtime.kube_api, on_list, on_event)
-    threading.Thread(target=watcher.run, name="node-watch", daemon=True).start()
-    return watcher
+    return kube.ListWatch(runtime.kube_api.list_node, on_list, on_event).start()
+
+
+def _watch_configmap(runtime: Runtime) -> kube.ListWatch | None:
+    """Reload from the ConfigMap object; a rejected version is also written as an Event on it."""
+    ref, reloader, api = runtime.configmap, runtime.reloader, runtime.kube_api
+    if ref is None or reloader is None or api is None:
+        return None
+    loop = asyncio.get_running_loop()
+    source = f"configmap {ref.namespace}/{ref.name}"
+    latest: list[Any] = []
+
+    def offer(configmap: Any) -> None:
+        latest[:] = [configmap]
+        text = (configmap.data or {}).get(ref.key)
+        if text is None:
+            reloader.reject(f"{source} has no key {ref.key!r}")
+        else:
+            reloader.offer(text, f"{source} key {ref.key}")
+
+    def record_event(message: str) -> None:
+        if latest:
+            loop.run_in_executor(None, kube.configmap_event, api, latest[0], "InvalidConfig", message)
+
+    def on_list(items: list[Any]) -> None:
+        if items:
+            loop.call_soon_threadsafe(offer, items[0])
+        else:
+            loop.call_soon_threadsafe(reloader.reject, f"{source} not found")
+
+    def on_event(kind: str, configmap: Any) -> None:
+        if kind == "DELETED":
+            loop.call_soon_threadsafe(reloader.reject, f"{source} was deleted")
+        elif kind in ("ADDED", "MODIFIED"):
+            loop.call_soon_threadsafe(offer, configmap)
+
+    reloader.on_rejected = record_event
+    return kube.ListWatch(
+        api.list_namespaced_config_map,
+        on_list,
+        on_event,
+        namespace=ref.namespace,
+        field_selector=f"metadata.name={ref.name}",
+    ).start()

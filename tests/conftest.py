@@ -23,7 +23,7 @@ from harness.prometheus import PROMETHEUS, PrometheusServer, scrape_config
 from loadext.config import parse_config
 from loadext.extender import Extender
 from loadext.refresher import Refresher
-from loadext.reload import ConfigFileWatcher
+from loadext.reload import ConfigFileWatcher, ConfigReloader
 from loadext.server import Runtime, create_app
 from loadext.telemetry import Telemetry
 
@@ -145,7 +145,7 @@ async def start_loadext(aiohttp_client: Any, tmp_path: Path) -> AsyncIterator[St
             extender.apply_config(new_config)
             refresher.poke()
 
-        watcher = ConfigFileWatcher(str(path), text, apply, telemetry, reload_interval)
+        watcher = ConfigFileWatcher(str(path), ConfigReloader(text, apply, telemetry), reload_interval)
         runtime = Runtime(extender=extender, refresher=refresher, config_watcher=watcher)
         client = await aiohttp_client(create_app(runtime, **app_args))
         return Loadext(client, extender, refresher, path, watcher)

@@ -75,7 +75,7 @@ async def test_invalid_change_is_rejected_and_the_old_config_kept(
     await eventually(reported)
     assert "failurePolicy: must be one of open, closed; got 'sometimes'" in caplog.text
     assert "keeping the last good config" in caplog.text
-    assert loadext.watcher.last_error is not None and "line" in loadext.watcher.last_error
+    assert loadext.watcher.reloader.last_error is not None and "line" in loadext.watcher.reloader.last_error
     assert loadext.extender.config.hash == good_hash
     assert await rejected(loadext, ["warm"]) == {"warm": "loadext: cpu above 80%"}  # still deciding
 
