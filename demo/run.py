@@ -66,9 +66,7 @@ def set_node(exporter: Exporter, node: str, cpu: float, memory: float) -> None:
         exporter.set_counter_rate(
             "node_cpu_seconds_total", 1 - cpu, job="demo", instance=node, cpu=str(core), mode="idle"
         )
-        exporter.set_counter_rate(
-            "node_cpu_seconds_total", cpu, job="demo", instance=node, cpu=str(core), mode="user"
-        )
+        exporter.set_counter_rate("node_cpu_seconds_total", cpu, job="demo", instance=node, cpu=str(core), mode="user")
     exporter.set_gauge("node_memory_MemTotal_bytes", 16e9, job="demo", instance=node)
     exporter.set_gauge("node_memory_MemAvailable_bytes", 16e9 * (1 - memory), job="demo", instance=node)
 

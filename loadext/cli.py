@@ -52,18 +52,14 @@ def _configmap_ref(value: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="loadext", description="Load-aware scheduling extender for kube-scheduler."
-    )
+    parser = argparse.ArgumentParser(prog="loadext", description="Load-aware scheduling extender for kube-scheduler.")
     parser.add_argument("--version", action="version", version=f"loadext {__version__}")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the extender HTTP server")
     source = serve.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--config", help="YAML config file (a mounted ConfigMap key), reloaded when it changes"
-    )
+    source.add_argument("--config", help="YAML config file (a mounted ConfigMap key), reloaded when it changes")
     source.add_argument(
         "--configmap",
         type=_configmap_ref,
@@ -71,18 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="read and watch the config in this ConfigMap through the API instead; "
         "rejected versions are also reported as Events on it",
     )
-    serve.add_argument(
-        "--configmap-key", default="config.yaml", help="key of the ConfigMap (default config.yaml)"
-    )
+    serve.add_argument("--configmap-key", default="config.yaml", help="key of the ConfigMap (default config.yaml)")
     serve.add_argument(
         "--listen",
         type=parse_listen,
         default=("0.0.0.0", 8888),
         help="HOST:PORT to listen on (default 0.0.0.0:8888)",
     )
-    serve.add_argument(
-        "--path-prefix", default="/", help="path before the verbs, matching urlPrefix (default /)"
-    )
+    serve.add_argument("--path-prefix", default="/", help="path before the verbs, matching urlPrefix (default /)")
     serve.add_argument(
         "--max-body-size",
         type=parse_size,
@@ -125,15 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "check-config":
             config = load_config(args.file)
-            print(
-                f"{args.file}: ok (hash {config.hash}, signals: {', '.join(s.name for s in config.signals)})"
-            )
+            print(f"{args.file}: ok (hash {config.hash}, signals: {', '.join(s.name for s in config.signals)})")
             return 0
         if args.command == "explain":
             return _explain(args)
@@ -187,9 +175,7 @@ def _serve(args: argparse.Namespace) -> int:
     runtime = Runtime(
         extender=extender,
         refresher=refresher,
-        config_watcher=ConfigFileWatcher(args.config, reloader, args.reload_interval)
-        if args.config
-        else None,
+        config_watcher=ConfigFileWatcher(args.config, reloader, args.reload_interval) if args.config else None,
         configmap=configmap,
         reloader=reloader,
         kube_api=api,
@@ -250,9 +236,7 @@ def format_explain(report: dict[str, Any]) -> str:
         cells += [node["verdict"], str(node["score"]), node["reason"] or "-"]
         rows.append(cells)
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     thresholds = ", ".join(
         f"{s['name']} {'-' if s['threshold'] is None else format(s['threshold'] * 100, 'g') + '%'}"
         for s in report["signals"]
@@ -268,8 +252,7 @@ def format_explain(report: dict[str, Any]) -> str:
     for s in report["signals"]:
         if s["unmappedNodes"]:
             lines.append(
-                f"{s['name']}: {len(s['unmappedNodes'])} nodes without a series: "
-                + ", ".join(s["unmappedNodes"][:10])
+                f"{s['name']}: {len(s['unmappedNodes'])} nodes without a series: " + ", ".join(s["unmappedNodes"][:10])
             )
         if s["unmatchedSeries"]:
             lines.append(

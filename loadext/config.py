@@ -128,9 +128,7 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _Line
         key = loader.construct_object(key_node, deep=True)
         line = key_node.start_mark.line + 1
         if not isinstance(key, str):
-            raise yaml.MarkedYAMLError(
-                problem=f"key {key!r} is not a string", problem_mark=key_node.start_mark
-            )
+            raise yaml.MarkedYAMLError(problem=f"key {key!r} is not a string", problem_mark=key_node.start_mark)
         if key in mapping:
             raise yaml.MarkedYAMLError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
         mapping[key] = loader.construct_object(value_node, deep=True)
@@ -336,8 +334,7 @@ def _build(doc: _Section) -> Config:
     if max_age < refresh and doc.has("maxDataAge"):
         doc.error(
             "maxDataAge",
-            f"must be at least refreshInterval ({refresh:g}s), or data "
-            "expires before the next refresh can renew it",
+            f"must be at least refreshInterval ({refresh:g}s), or data expires before the next refresh can renew it",
         )
 
     signals = _signals(doc, preset.queries if preset else {})

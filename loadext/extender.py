@@ -222,8 +222,7 @@ class Extender:
                     "node": name,
                     "identity": identity,
                     "signals": {
-                        s: {"value": round(v.value, 4), "age": round(now - v.timestamp, 1)}
-                        for s, v in samples.items()
+                        s: {"value": round(v.value, 4), "age": round(now - v.timestamp, 1)} for s, v in samples.items()
                     },
                     "verdict": "pass" if verdict.passed else "reject",
                     "score": verdict.score,

@@ -43,9 +43,7 @@ def bind(api: Any, args: BindingArgs) -> str:
         api.create_namespaced_pod_binding(args.pod_name, args.pod_namespace, body, _preload_content=False)
         return ""
     except ApiException as exc:
-        failure = (
-            f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed: {exc.status} {exc.reason}"
-        )
+        failure = f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed: {exc.status} {exc.reason}"
         if exc.status != 409:
             return failure
     try:

@@ -96,9 +96,7 @@ def build_table(snapshot: Snapshot, config: Config, now: float) -> DecisionTable
     for identity, samples in snapshot.by_identity.items():
         by_identity[identity] = judge(samples, config, now)
         expiries.extend(
-            s.timestamp + config.max_data_age
-            for s in samples.values()
-            if s.timestamp + config.max_data_age > now
+            s.timestamp + config.max_data_age for s in samples.values() if s.timestamp + config.max_data_age > now
         )
     return DecisionTable(
         by_identity=by_identity,

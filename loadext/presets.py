@@ -51,8 +51,7 @@ PRESETS: dict[str, Preset] = {
         queries={
             "cpu": "1 - avg without (cpu) (sum without (mode) ("
             'rate(node_cpu_seconds_total{job="node", mode=~"idle|iowait|steal"}[5m])))',
-            "memory": '1 - node_memory_MemAvailable_bytes{job="node"}'
-            ' / node_memory_MemTotal_bytes{job="node"}',
+            "memory": '1 - node_memory_MemAvailable_bytes{job="node"} / node_memory_MemTotal_bytes{job="node"}',
         },
         identity_label="instance",
         identity_kind="address",

@@ -124,9 +124,7 @@ def _pod(value: Any) -> PodRef | None:
     meta = meta if isinstance(meta, dict) else {}
     owners = meta.get("ownerReferences")
     owner_kinds = (
-        tuple(str(ref.get("kind")) for ref in owners if isinstance(ref, dict))
-        if isinstance(owners, list)
-        else ()
+        tuple(str(ref.get("kind")) for ref in owners if isinstance(ref, dict)) if isinstance(owners, list) else ()
     )
     return PodRef(
         namespace=str(meta.get("namespace") or ""),
@@ -173,9 +171,7 @@ def decode_extender_args(body: bytes) -> ExtenderArgs:
         for i, item in enumerate(items):
             node = _object(item, f"Nodes.items[{i}]")
             meta = node.get("metadata")
-            name = _name(
-                meta.get("name") if isinstance(meta, dict) else None, f"Nodes.items[{i}].metadata.name"
-            )
+            name = _name(meta.get("name") if isinstance(meta, dict) else None, f"Nodes.items[{i}].metadata.name")
             candidates.append(CandidateNode(name, node_addresses(node), node))
         return ExtenderArgs(pod, _unique(tuple(candidates)), full_nodes=True)
     return ExtenderArgs(pod, (), full_nodes=False)

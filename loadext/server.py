@@ -98,9 +98,7 @@ def _verb_handler(
     return handle
 
 
-def create_app(
-    runtime: Runtime, path_prefix: str = "/", max_body_size: int = DEFAULT_MAX_BODY
-) -> web.Application:
+def create_app(runtime: Runtime, path_prefix: str = "/", max_body_size: int = DEFAULT_MAX_BODY) -> web.Application:
     extender = runtime.extender
     app = web.Application(client_max_size=max_body_size)
     prefix = normalise_prefix(path_prefix)

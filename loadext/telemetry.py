@@ -121,12 +121,8 @@ class Telemetry:
             "1 while no fresh data exists and the failure policy decides every node.",
             registry=r,
         )
-        self.config_reloads = Counter(
-            "loadext_config_reloads", "Config loads by result.", ["result"], registry=r
-        )
-        self.config_info = Gauge(
-            "loadext_config_info", "The active config's hash (value 1).", ["hash"], registry=r
-        )
+        self.config_reloads = Counter("loadext_config_reloads", "Config loads by result.", ["result"], registry=r)
+        self.config_info = Gauge("loadext_config_info", "The active config's hash (value 1).", ["hash"], registry=r)
         self.config_last_reload = Gauge(
             "loadext_config_last_reload_success_timestamp_seconds",
             "When the active config was loaded.",

@@ -153,9 +153,7 @@ async def start_loadext(aiohttp_client: Any, tmp_path: Path) -> AsyncIterator[St
     yield start
 
 
-async def eventually(
-    check: Callable[[], Awaitable[Any]], within: float = 10.0, interval: float = 0.05
-) -> Any:
+async def eventually(check: Callable[[], Awaitable[Any]], within: float = 10.0, interval: float = 0.05) -> Any:
     """Poll an async check until it returns a truthy value or raises no AssertionError."""
     deadline = time.monotonic() + within
     while True:

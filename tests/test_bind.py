@@ -17,17 +17,13 @@ ARGS = BindingArgs(pod_name="ingest-0", pod_namespace="analytics", pod_uid="uid-
 class FakeCoreV1:
     def __init__(self, create_status: int | None, bound_to: str | None = "ceph1", uid: str = "uid-1") -> None:
         self.create_status = create_status
-        self.pod = SimpleNamespace(
-            metadata=SimpleNamespace(uid=uid), spec=SimpleNamespace(node_name=bound_to)
-        )
+        self.pod = SimpleNamespace(metadata=SimpleNamespace(uid=uid), spec=SimpleNamespace(node_name=bound_to))
         self.bodies: list[Any] = []
 
     def create_namespaced_pod_binding(self, name: str, namespace: str, body: Any, **kwargs: Any) -> None:
         self.bodies.append((name, namespace, body, kwargs))
         if self.create_status is not None:
-            raise ApiException(
-                status=self.create_status, reason="Conflict" if self.create_status == 409 else "Err"
-            )
+            raise ApiException(status=self.create_status, reason="Conflict" if self.create_status == 409 else "Err")
 
     def read_namespaced_pod(self, name: str, namespace: str) -> Any:
         return self.pod

@@ -118,9 +118,7 @@ def test_hash_tracks_effective_config_not_formatting() -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "loadext", *args], capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run([sys.executable, "-m", "loadext", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_check_config_cli(tmp_path: Path) -> None:

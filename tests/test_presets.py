@@ -104,9 +104,7 @@ def _kubelet_cadvisor() -> list[Series]:
             out.append(("container_memory_working_set_bytes", labels, 2e9 * share, False))
         ksm = {"job": "kube-state-metrics", "node": node}
         out.append(("kube_node_status_allocatable", {**ksm, "resource": "cpu", "unit": "core"}, 4, False))
-        out.append(
-            ("kube_node_status_allocatable", {**ksm, "resource": "memory", "unit": "byte"}, 8e9, False)
-        )
+        out.append(("kube_node_status_allocatable", {**ksm, "resource": "memory", "unit": "byte"}, 8e9, False))
     return out
 
 
@@ -154,9 +152,7 @@ async def test_preset_yields_node_ratios(
 ) -> None:
     preset = request.node.callspec.params["backfilled"]
     _, expected, addresses = CASES[preset]
-    loadext = await start_loadext(
-        {"prometheus": {"url": backfilled.url}, "preset": preset, "refreshInterval": "200ms"}
-    )
+    loadext = await start_loadext({"prometheus": {"url": backfilled.url}, "preset": preset, "refreshInterval": "200ms"})
     body: dict[str, Any] = full_nodes_request(addresses) if addresses else names_request(*expected)
 
     async def decided() -> bool:

@@ -19,9 +19,7 @@ from harness.prometheus import PrometheusServer, scrape_config
 from tests.conftest import Loadext, StartLoadext, eventually, fixture_bytes, live_config
 
 
-def set_load(
-    exporter: Exporter, case: str, cpu: dict[str, float], memory: dict[str, float] | None = None
-) -> None:
+def set_load(exporter: Exporter, case: str, cpu: dict[str, float], memory: dict[str, float] | None = None) -> None:
     for node, value in cpu.items():
         exporter.set_gauge("loadext_test_cpu", value, case=case, node=node)
     for node, value in (memory or {}).items():
@@ -286,9 +284,7 @@ async def test_failure_policy_closed_rejects_every_node(
 
     async def closed() -> bool:
         _, reply = await loadext.post("filter", names_request("x"))
-        assert reply["FailedAndUnresolvableNodes"] == {
-            "x": "loadext: no fresh metrics (failurePolicy closed)"
-        }
+        assert reply["FailedAndUnresolvableNodes"] == {"x": "loadext: no fresh metrics (failurePolicy closed)"}
         return True
 
     await eventually(closed)
@@ -299,16 +295,12 @@ async def test_failure_policy_closed_rejects_every_node(
 async def test_real_bad_query_is_classified(
     prometheus: PrometheusServer, start_loadext: StartLoadext, case: str
 ) -> None:
-    config = live_config(
-        prometheus.url, case, signals=[{"name": "cpu", "query": "rate(foo[1m]", "threshold": 0.8}]
-    )
+    config = live_config(prometheus.url, case, signals=[{"name": "cpu", "query": "rate(foo[1m]", "threshold": 0.8}])
     loadext = await start_loadext(config)
 
     async def classified() -> bool:
         text = await loadext.metrics()
-        assert (
-            metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="bad_query") >= 1
-        )
+        assert metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="bad_query") >= 1
         return True
 
     await eventually(classified)
@@ -339,9 +331,7 @@ async def test_prometheus_warnings_are_logged(
     assert "prometheus warning for signal cpu: remote read partial: store down" in caplog.text
 
 
-async def test_prometheus_stopped(
-    tmp_path: Path, exporter: Exporter, start_loadext: StartLoadext, case: str
-) -> None:
+async def test_prometheus_stopped(tmp_path: Path, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
     own = PrometheusServer(str(tmp_path), scrape_config(exporter.target))
     try:
         set_load(exporter, case, {"hot": 0.99, "cool": 0.0}, {"hot": 0.0, "cool": 0.0})
@@ -355,9 +345,7 @@ async def test_prometheus_stopped(
 
     async def degraded() -> bool:
         text = await loadext.metrics()
-        assert (
-            metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="connection") >= 1
-        )
+        assert metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="connection") >= 1
         assert metric_value(text, "loadext_degraded") == 1
         return True
 

@@ -1,0 +1,378 @@
+"""The real kube-scheduler placing real pods through loadext, from real Prometheus data.
+
+Each test owns its nodes (labelled with its case) and its pods select only those nodes, so
+tests never see each other's nodes. Nodes are API objects with kubelet-like status; no kubelet
+runs, so pods are only ever scheduled, never started.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from harness.exporter import Exporter
+from harness.kubernetes import ROOT
+from tests.e2e.conftest import CASE_LABEL, E2E_NAMESPACE, Cluster, e2e_config, render
+
+
+def make_node(core: Any, name: str, case: str, cpu: str = "8", memory: str = "32Gi", ip: str = "") -> None:
+    labels = {CASE_LABEL: case, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    resources = {"cpu": cpu, "memory": memory, "pods": "110"}
+    addresses = [{"type": "Hostname", "address": name}]
+    if ip:
+        addresses.insert(0, {"type": "InternalIP", "address": ip})
+    # The TaintNodesByCondition admission plugin taints new nodes not-ready; the node lifecycle
+    # controller would lift it once the kubelet reports Ready. Neither runs here: do both.
+    core.patch_node(name, {"spec": {"taints": None}})
+    core.patch_node_status(
+        name,
+        {
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "addresses": addresses,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "e2e",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+            }
+        },
+    )
+
+
+def make_pod(
+    core: Any,
+    name: str,
+    case: str,
+    scheduler: str,
+    cpu: str = "2",
+    memory: str = "1Gi",
+    node: str | None = None,
+    **spec: Any,
+) -> None:
+    selector = {CASE_LABEL: case}
+    if node is not None:
+        selector["kubernetes.io/hostname"] = node
+    owners = spec.pop("owner_references", None)
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, namespace=E2E_NAMESPACE, owner_references=owners),
+        spec=client.V1PodSpec(
+            scheduler_name=scheduler,
+            node_selector=selector,
+            termination_grace_period_seconds=0,
+            containers=[
+                client.V1Container(
+                    name="app",
+                    image="registry.k8s.io/pause:3.10",
+                    resources=client.V1ResourceRequirements(requests={"cpu": cpu, "memory": memory}),
+                )
+            ],
+            **spec,
+        ),
+    )
+    core.create_namespaced_pod(E2E_NAMESPACE, pod)
+
+
+def scheduled_node(core: Any, name: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pod = core.read_namespaced_pod(name, E2E_NAMESPACE)
+        if pod.spec.node_name:
+            return str(pod.spec.node_name)
+        time.sleep(0.1)
+    raise AssertionError(f"pod {name} not scheduled within {timeout}s: {pod.status.conditions}")
+
+
+def unschedulable_message(core: Any, name: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pod = core.read_namespaced_pod(name, E2E_NAMESPACE)
+        assert not pod.spec.node_name, f"{name} was scheduled to {pod.spec.node_name}"
+        for condition in pod.status.conditions or []:
+            if condition.type == "PodScheduled" and condition.status == "False" and condition.message:
+                return str(condition.message)
+        time.sleep(0.1)
+    raise AssertionError(f"pod {name} has no PodScheduled=False condition")
+
+
+def set_load(exporter: Exporter, loads: dict[str, tuple[float, float]]) -> None:
+    for node, (cpu, memory) in loads.items():
+        exporter.set_gauge("loadext_e2e_cpu", cpu, node=node)
+        exporter.set_gauge("loadext_e2e_memory", memory, node=node)
+
+
+def wait_loadext_sees(cluster: Cluster, loads: dict[str, tuple[float, float]]) -> None:
+    def sees() -> bool:
+        rows = {r["node"]: r["signals"] for r in cluster.loadext.get_json("/explain")["nodes"]}
+        return all(rows.get(n, {}).get("cpu", {}).get("value") == cpu for n, (cpu, _) in loads.items())
+
+    deadline = time.monotonic() + 20
+    while not sees():
+        assert time.monotonic() < deadline, "loadext never saw the nodes' load"
+        time.sleep(0.1)
+
+
+def metric(text: str, line_prefix: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(line_prefix):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def scenario(cluster: Cluster, exporter: Exporter, slug: str) -> dict[str, str]:
+    """`big` has by far the most free allocatable but runs hot; `warm` and `cool` are equal in
+    size, 60 % and 20 % busy."""
+    nodes = {"big": f"{slug}-big", "warm": f"{slug}-warm", "cool": f"{slug}-cool"}
+    make_node(cluster.core, nodes["big"], slug, cpu="64", memory="256Gi")
+    make_node(cluster.core, nodes["warm"], slug)
+    make_node(cluster.core, nodes["cool"], slug)
+    loads = {nodes["big"]: (0.95, 0.3), nodes["warm"]: (0.6, 0.3), nodes["cool"]: (0.2, 0.3)}
+    set_load(exporter, loads)
+    wait_loadext_sees(cluster, loads)
+    return nodes
+
+
+def test_pods_go_to_the_least_loaded_node_never_to_the_hot_one(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    nodes = scenario(cluster, exporter, slug)
+    # Without loadext, request-based scoring picks the big node: it has the most free room.
+    make_pod(cluster.core, f"{slug}-plain", slug, "plain-scheduler")
+    assert scheduled_node(cluster.core, f"{slug}-plain") == nodes["big"]
+    for i in range(3):
+        make_pod(cluster.core, f"{slug}-{i}", slug, "loadext-scheduler")
+        assert scheduled_node(cluster.core, f"{slug}-{i}") == nodes["cool"]
+
+
+def test_node_cache_modes_place_pods_identically(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    nodes = scenario(cluster, exporter, slug)
+    placements = {}
+    for scheduler in ("loadext-scheduler", "loadext-scheduler-nocache"):
+        make_pod(cluster.core, f"{slug}-{scheduler}", slug, scheduler)
+        placements[scheduler] = scheduled_node(cluster.core, f"{slug}-{scheduler}")
+    assert placements == {"loadext-scheduler": nodes["cool"], "loadext-scheduler-nocache": nodes["cool"]}
+    metrics = cluster.loadext.metrics()
+    assert metric(metrics, 'loadext_requests_total{outcome="ok",verb="filter"}') >= 2
+
+
+def test_every_node_hot_keeps_pods_pending_with_loadexts_reason(
+    cluster: Cluster, exporter: Exporter, slug: str
+) -> None:
+    nodes = [f"{slug}-{i}" for i in range(2)]
+    for node in nodes:
+        make_node(cluster.core, node, slug)
+    loads = {nodes[0]: (0.95, 0.2), nodes[1]: (0.5, 0.97)}
+    set_load(exporter, loads)
+    wait_loadext_sees(cluster, loads)
+    make_pod(cluster.core, f"{slug}-pod", slug, "loadext-scheduler")
+    message = unschedulable_message(cluster.core, f"{slug}-pod")
+    assert "loadext: cpu above 80%" in message and "loadext: memory above 90%" in message
+    events = cluster.core.list_namespaced_event(E2E_NAMESPACE, field_selector=f"involvedObject.name={slug}-pod")
+    assert any(e.reason == "FailedScheduling" and "loadext: cpu above 80%" in e.message for e in events.items)
+
+
+def test_prometheus_unreachable_fails_open(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    node = f"{slug}-hot"
+    make_node(cluster.core, node, slug)
+    set_load(exporter, {node: (0.99, 0.99)})
+    wait_loadext_sees(cluster, {node: (0.99, 0.99)})
+    cluster.proxy.set("down")
+    try:
+        deadline = time.monotonic() + 20
+        while metric(cluster.loadext.metrics(), "loadext_degraded ") != 1:
+            assert time.monotonic() < deadline, "loadext never went degraded"
+            time.sleep(0.1)
+        make_pod(cluster.core, f"{slug}-pod", slug, "loadext-scheduler")
+        assert scheduled_node(cluster.core, f"{slug}-pod") == node  # failurePolicy open
+    finally:
+        cluster.proxy.set("pass")
+
+
+def test_preemption_only_on_a_node_that_is_not_overloaded(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    scheduling = client.SchedulingV1Api(cluster.plane.api())
+    for name, value in ((f"{slug}-lowest", 10), (f"{slug}-low", 100), (f"{slug}-high", 10000)):
+        scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
+    hot, cool = f"{slug}-hot", f"{slug}-cool"
+    for node in (hot, cool):
+        make_node(cluster.core, node, slug, cpu="1", memory="4Gi")
+    loads = {hot: (0.95, 0.3), cool: (0.4, 0.3)}
+    set_load(exporter, loads)
+    wait_loadext_sees(cluster, loads)
+    # Both nodes full by requests. The in-tree choice would evict on `hot`: its victim has the
+    # lower priority.
+    for node, priority in ((hot, "lowest"), (cool, "low")):
+        make_pod(
+            cluster.core,
+            f"{slug}-victim-{node}",
+            slug,
+            "loadext-scheduler",
+            cpu="900m",
+            node_name=node,
+            priority_class_name=f"{slug}-{priority}",
+        )
+    make_pod(
+        cluster.core,
+        f"{slug}-preemptor",
+        slug,
+        "loadext-scheduler",
+        cpu="900m",
+        priority_class_name=f"{slug}-high",
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        pod = cluster.core.read_namespaced_pod(f"{slug}-preemptor", E2E_NAMESPACE)
+        if pod.status.nominated_node_name or pod.spec.node_name:
+            break
+        assert time.monotonic() < deadline, f"no preemption: {pod.status.conditions}"
+        time.sleep(0.1)
+    # Victims have no grace period and no kubelet to wait for, so the preemptor may be bound
+    # already; either way it went to `cool`.
+    assert (pod.spec.node_name or pod.status.nominated_node_name) == cool
+    victims = {
+        p.metadata.name: p
+        for p in cluster.core.list_namespaced_pod(E2E_NAMESPACE).items
+        if p.metadata.name.startswith(f"{slug}-victim")
+    }
+    assert f"{slug}-victim-{hot}" in victims and victims[f"{slug}-victim-{hot}"].metadata.deletion_timestamp is None
+    assert f"{slug}-victim-{cool}" not in victims or victims[f"{slug}-victim-{cool}"].metadata.deletion_timestamp
+    assert metric(cluster.loadext.metrics(), 'loadext_requests_total{outcome="ok",verb="preempt"}') >= 1
+
+
+def test_bind_and_daemonset_pods(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    hot, cool = f"{slug}-hot", f"{slug}-cool"
+    for node in (hot, cool):
+        make_node(cluster.core, node, slug)
+    loads = {hot: (0.97, 0.3), cool: (0.3, 0.3)}
+    set_load(exporter, loads)
+    wait_loadext_sees(cluster, loads)
+    before = metric(cluster.loadext.metrics(), 'loadext_requests_total{outcome="ok",verb="bind"}')
+    make_pod(cluster.core, f"{slug}-pod", slug, "loadext-scheduler-bind")
+    assert scheduled_node(cluster.core, f"{slug}-pod") == cool
+    assert metric(cluster.loadext.metrics(), 'loadext_requests_total{outcome="ok",verb="bind"}') == before + 1
+
+    owner = client.V1OwnerReference(
+        api_version="apps/v1",
+        kind="DaemonSet",
+        name="node-agent",
+        uid="0b9e0c5e-1f4c-4a57-9d55-6c2f3f4a2f11",
+        controller=True,
+    )
+    make_pod(
+        cluster.core,
+        f"{slug}-agent",
+        slug,
+        "loadext-scheduler-bind",
+        cpu="100m",
+        node=hot,
+        owner_references=[owner],
+    )
+    assert scheduled_node(cluster.core, f"{slug}-agent") == hot  # DaemonSet pods are never filtered
+
+
+def test_configmap_hot_reload_through_the_api(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    node = f"{slug}-warm"
+    make_node(cluster.core, node, slug)
+    set_load(exporter, {node: (0.85, 0.3)})
+    wait_loadext_sees(cluster, {node: (0.85, 0.3)})
+    make_pod(cluster.core, f"{slug}-before", slug, "loadext-scheduler")
+    assert "loadext: cpu above 80%" in unschedulable_message(cluster.core, f"{slug}-before")
+
+    good = e2e_config(cluster.proxy.url)
+    relaxed = e2e_config(cluster.proxy.url)
+    relaxed["signals"][0]["threshold"] = 0.9
+    try:
+        started = time.monotonic()
+        cluster.loadext.set_config(relaxed)
+        make_pod(cluster.core, f"{slug}-after", slug, "loadext-scheduler")
+        assert scheduled_node(cluster.core, f"{slug}-after") == node
+        assert time.monotonic() - started < 15
+
+        applied_hash = cluster.loadext.get_json("/explain")["configHash"]
+        broken = dict(relaxed, failurePolicy="sometimes")
+        cluster.loadext.set_config(broken, wait=False)
+        deadline = time.monotonic() + 20
+        while True:
+            events = cluster.core.list_namespaced_event(
+                "loadext", field_selector="involvedObject.kind=ConfigMap,involvedObject.name=loadext-config"
+            )
+            invalid = [e for e in events.items if e.reason == "InvalidConfig"]
+            if invalid:
+                break
+            assert time.monotonic() < deadline, "no Event on the ConfigMap for the invalid config"
+            time.sleep(0.1)
+        assert "failurePolicy: must be one of open, closed; got 'sometimes'" in invalid[-1].message
+        assert metric(cluster.loadext.metrics(), 'loadext_config_reloads_total{result="failure"}') >= 1
+        assert cluster.loadext.get_json("/explain")["configHash"] == applied_hash
+        assert "config reload rejected" in cluster.loadext.process.log_tail(20000)
+    finally:
+        cluster.loadext.set_config(good)
+
+
+def test_address_identity_through_the_node_watch(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    hot, cool = f"{slug}-hot", f"{slug}-cool"
+    make_node(cluster.core, hot, slug, cpu="64", memory="256Gi", ip="10.77.0.1")
+    make_node(cluster.core, cool, slug, ip="10.77.0.2")
+    exporter.set_gauge("loadext_e2e_cpu_by_ip", 0.95, instance="10.77.0.1:9100")
+    exporter.set_gauge("loadext_e2e_cpu_by_ip", 0.10, instance="10.77.0.2:9100")
+    by_address = e2e_config(
+        cluster.proxy.url,
+        nodeIdentity={"label": "instance", "kind": "address"},
+        signals=[{"name": "cpu", "query": "loadext_e2e_cpu_by_ip", "threshold": 0.8}],
+    )
+    try:
+        cluster.loadext.set_config(by_address)
+        deadline = time.monotonic() + 20
+        while True:
+            rows = {r["node"]: r for r in cluster.loadext.get_json("/explain")["nodes"]}
+            if rows.get(hot, {}).get("signals", {}).get("cpu", {}).get("value") == 0.95:
+                break
+            assert time.monotonic() < deadline, "the Node watch never mapped 10.77.0.1 to its node"
+            time.sleep(0.1)
+        assert rows[hot]["identity"] == "10.77.0.1" and rows[cool]["identity"] == "10.77.0.2"
+        for i in range(2):
+            make_pod(cluster.core, f"{slug}-{i}", slug, "loadext-scheduler")  # cache mode: names only
+            assert scheduled_node(cluster.core, f"{slug}-{i}") == cool
+    finally:
+        cluster.loadext.set_config(e2e_config(cluster.proxy.url))
+
+
+@pytest.mark.parametrize("kustomization", ["base", "overlays/bind", "overlays/default-scheduler"])
+def test_manifests_pass_server_side_dry_run(cluster: Cluster, kustomization: str) -> None:
+    result = cluster.plane.kubectl(
+        "apply",
+        "--dry-run=server",
+        "--server-side",
+        "--force-conflicts",
+        "-k",
+        str(ROOT / "manifests" / kustomization),
+    )
+    assert result.returncode == 0, result.stderr
+    kinds = {doc["kind"] for doc in render(cluster.plane, kustomization)}
+    assert {"Deployment", "Service", "ConfigMap", "ClusterRole", "NetworkPolicy"} <= kinds
+    assert result.stdout.count("(server dry run)") == len(render(cluster.plane, kustomization))
+
+
+def test_the_schedulers_run_the_shipped_config(cluster: Cluster) -> None:
+    shipped = yaml.safe_load(
+        next(d for d in render(cluster.plane, "base") if d["metadata"]["name"].startswith("loadext-scheduler-config"))[
+            "data"
+        ]["scheduler-config.yaml"]
+    )
+    running = yaml.safe_load((cluster.plane.workdir / "loadext-scheduler.yaml").read_text())
+    assert running["extenders"][0] == dict(shipped["extenders"][0], urlPrefix=cluster.loadext.url)
+    with pytest.raises(ApiException):  # least privilege: loadext's identity cannot read Secrets
+        client.CoreV1Api(
+            cluster.plane.api(cluster.plane.workdir / "loadext-loadext.kubeconfig")
+        ).list_secret_for_all_namespaces()
