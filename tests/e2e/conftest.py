@@ -148,6 +148,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, proxy: FaultProxy) -> Iter
             shipped["profiles"][0]["schedulerName"] = name
             shipped["extenders"][0].update(changes, urlPrefix=loadext.url)  # loopback instead of the Service
             schedulers[name] = plane.start_scheduler(name, shipped, scheduler_kubeconfig)
+        # The shipped extender entry, but nothing listens at its URL: ignorable must carry the day.
+        unreachable = shipped_scheduler_config(plane, "base")
+        unreachable["profiles"][0]["schedulerName"] = "loadext-scheduler-unreachable"
+        unreachable["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{free_port()}"
+        schedulers["loadext-scheduler-unreachable"] = plane.start_scheduler(
+            "loadext-scheduler-unreachable", unreachable, scheduler_kubeconfig
+        )
         plain = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",

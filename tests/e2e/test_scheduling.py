@@ -200,6 +200,13 @@ def test_prometheus_unreachable_fails_open(cluster: Cluster, exporter: Exporter,
         cluster.proxy.set("pass")
 
 
+def test_loadext_unreachable_is_ignorable(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    node = f"{slug}-only"
+    make_node(cluster.core, node, slug)
+    make_pod(cluster.core, f"{slug}-pod", slug, "loadext-scheduler-unreachable")
+    assert scheduled_node(cluster.core, f"{slug}-pod") == node
+
+
 def test_preemption_only_on_a_node_that_is_not_overloaded(cluster: Cluster, exporter: Exporter, slug: str) -> None:
     scheduling = client.SchedulingV1Api(cluster.plane.api())
     for name, value in ((f"{slug}-lowest", 10), (f"{slug}-low", 100), (f"{slug}-high", 10000)):
