@@ -142,7 +142,7 @@ def _serve(args: argparse.Namespace) -> int:
     from loadext import kube
     from loadext.refresher import Refresher
     from loadext.reload import ConfigFileWatcher, ConfigReloader
-    from loadext.server import ConfigMapRef, Runtime, create_app
+    from loadext.server import ConfigMapRef, Runtime, create_app, install_event_loop
 
     wants_api = args.kubeconfig or args.configmap or args.watch_nodes
     api = kube.api_client(args.kubeconfig) if wants_api else None
@@ -192,6 +192,7 @@ def _serve(args: argparse.Namespace) -> int:
         source,
         config.hash,
     )
+    install_event_loop()
     web.run_app(app, host=host, port=port, access_log=None, print=None, shutdown_timeout=10)
     return 0
 
@@ -204,10 +205,8 @@ def _explain(args: argparse.Namespace) -> int:
     extender = Extender(config, Telemetry())
     api = kube.api_client(args.kubeconfig) if args.kubeconfig else None
     if api is not None:
-        for node in api.list_node().items:
-            extender.directory.upsert(node.metadata.name, kube.node_addresses(node))
-    for name in args.node:
-        extender.directory.observe(name)
+        extender.directory.replace_all({n.metadata.name: kube.node_addresses(n) for n in api.list_node().items})
+    extender.directory.observe(args.node)
     refresher = Refresher(extender)
 
     async def once() -> None:

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, TypeVar
 
 import yaml
@@ -74,7 +75,7 @@ class Config:
     bind_enabled: bool = False
     per_node_metrics: bool = True
 
-    @property
+    @cached_property
     def hash(self) -> str:
         """A short digest of the effective config, so dashboards can show which one is live."""
         canonical = json.dumps(asdict(self), sort_keys=True).encode()

@@ -10,15 +10,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 from loadext.config import Config
 from loadext.nodes import NodeDirectory, normalise_address
 from loadext.policy import DecisionTable, Verdict, build_table
 from loadext.protocol import (
-    CandidateNode,
     ExtenderArgs,
     PreemptionArgs,
     encode_filter_result,
@@ -29,6 +30,7 @@ from loadext.snapshot import SnapshotCache
 from loadext.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
+_PASSED = attrgetter("passed")
 
 
 @dataclass(frozen=True)
@@ -93,72 +95,68 @@ class Extender:
             self.telemetry.degraded.set(1 if table.degraded else 0)
         return table
 
-    def identity(self, node: CandidateNode, table: DecisionTable) -> str | None:
+    def identity(self, name: str, addresses: tuple[str, ...], table: DecisionTable) -> str | None:
+        """The key of a node's series: its name, or the first of its IPs that has data."""
         if self.config.node_identity.kind == "name":
-            return node.name
-        ips = [ip for ip in (normalise_address(a) for a in node.addresses) if ip]
-        ips = ips or list(self.directory.addresses(node.name))
+            return name
+        ips = [ip for ip in (normalise_address(a) for a in addresses) if ip] or list(self.directory.addresses(name))
         for ip in ips:
             if ip in table.by_identity:
                 return ip
         return ips[0] if ips else None
 
-    def verdicts(self, nodes: Iterable[CandidateNode]) -> list[tuple[CandidateNode, Verdict]]:
+    def verdicts(self, names: list[str], addresses: Mapping[str, tuple[str, ...]] | None = None) -> list[Verdict]:
+        """One verdict per name, in order: dictionary lookups in the precomputed table."""
         table = self.table()
-        out = []
-        for node in nodes:
-            self.directory.observe(node.name, node.addresses)
-            out.append((node, table.verdict(self.identity(node, table))))
-        return out
+        self.directory.observe(names, addresses)
+        if self.config.node_identity.kind == "name":
+            return list(map(table.by_identity.__getitem__, names))
+        given = addresses or {}
+        return [table.verdict(self.identity(name, given.get(name, ()), table)) for name in names]
+
+    def _count_rejections(self, reasons: Iterable[str]) -> None:
+        causes = self.table().causes
+        for reason, nodes in Tally(reasons).items():
+            for signal, cause in causes.get(reason, ()):
+                self.telemetry.rejection_counter(signal, cause).inc(nodes)
 
     def filter(self, args: ExtenderArgs) -> bytes:
-        exempt = args.pod is not None and args.pod.is_daemonset
-        passed: list[CandidateNode] = []
-        rejected: dict[str, str] = {}
-        causes: Tally[tuple[str, str]] = Tally()
-        for node, verdict in self.verdicts(args.nodes):
-            if verdict.passed or exempt:
-                passed.append(node)
-            else:
-                rejected[node.name] = verdict.reason
-                causes.update(verdict.rejected_by)
-        self._count_rejections(causes)
-        self.telemetry.filtered_nodes.labels("passed").inc(len(passed))
-        self.telemetry.filtered_nodes.labels("rejected").inc(len(rejected))
-        if args.nodes and not passed:
+        verdicts = self.verdicts(args.names, args.addresses)
+        if args.pod is not None and args.pod.is_daemonset:
+            passed = list(range(len(args.names)))
+            rejected: dict[str, str] = {}
+        else:
+            flags = list(map(_PASSED, verdicts))
+            passed = list(compress(range(len(flags)), flags))
+            rejected = {name: v.reason for name, v, ok in zip(args.names, verdicts, flags, strict=True) if not ok}
+            if rejected:
+                self._count_rejections(rejected.values())
+        self.telemetry.passed_nodes.inc(len(passed))
+        if rejected:
+            self.telemetry.rejected_nodes.inc(len(rejected))
+        if args.names and not passed:
             self.telemetry.no_fit.inc()
         unresolvable = self.config.rejected_nodes == "unresolvable"
         return encode_filter_result(
-            args,
-            passed,
-            failed={} if unresolvable else rejected,
-            unresolvable=rejected if unresolvable else {},
+            args, passed, failed={} if unresolvable else rejected, unresolvable=rejected if unresolvable else {}
         )
 
     def prioritize(self, args: ExtenderArgs) -> bytes:
-        scores = [(node.name, verdict.score) for node, verdict in self.verdicts(args.nodes)]
-        for _, score in scores:
-            self.telemetry.scores.observe(score)
-        return encode_host_priority_list(scores)
+        scores = [verdict.score for verdict in self.verdicts(args.names, args.addresses)]
+        for score, count in Tally(scores).items():
+            self.telemetry.score_counters[score].inc(count)
+        return encode_host_priority_list(list(zip(args.names, scores, strict=True)))
 
     def preempt(self, args: PreemptionArgs) -> bytes:
         """Keep the scheduler's victims, but only on nodes loadext's filter would accept."""
         if args.pod is not None and args.pod.is_daemonset:
             return encode_preemption_result(args.victims)
-        nodes = [CandidateNode(name, (), None) for name in args.victims]
-        causes: Tally[tuple[str, str]] = Tally()
-        kept = {}
-        for node, verdict in self.verdicts(nodes):
-            if verdict.passed:
-                kept[node.name] = args.victims[node.name]
-            else:
-                causes.update(verdict.rejected_by)
-        self._count_rejections(causes)
-        return encode_preemption_result(kept)
-
-    def _count_rejections(self, causes: Tally[tuple[str, str]]) -> None:
-        for (signal, cause), count in causes.items():
-            self.telemetry.node_rejections.labels(signal, cause).inc(count)
+        names = list(args.victims)
+        verdicts = self.verdicts(names)
+        self._count_rejections(v.reason for v in verdicts if not v.passed)
+        return encode_preemption_result(
+            {name: args.victims[name] for name, verdict in zip(names, verdicts, strict=True) if verdict.passed}
+        )
 
     # --- observability --------------------------------------------------------------------
 
@@ -213,8 +211,7 @@ class Extender:
             names |= set(snapshot.by_identity)
         rows = []
         for name in sorted(names):
-            node = CandidateNode(name, (), None)
-            identity = self.identity(node, table)
+            identity = self.identity(name, (), table)
             verdict = table.verdict(identity)
             samples = snapshot.by_identity.get(identity, {}) if identity else {}
             rows.append(

@@ -12,8 +12,6 @@ import ipaddress
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from cachetools import TTLCache
-
 
 def normalise_address(value: str) -> str | None:
     """'10.0.0.7:9100' -> '10.0.0.7'; '[fd00::7]:9100' -> 'fd00::7'; not an IP -> None."""
@@ -43,51 +41,61 @@ class NodeDirectory:
 
     Nodes learnt only from requests are forgotten after `ttl` seconds unseen, so a deleted node
     stops being reported as unmapped. Nodes from the API watch stay until the watch deletes them.
+    Recording a request is one C-level dict update: this runs on every scheduling call.
     """
 
     def __init__(self, ttl: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._seen: TTLCache[str, tuple[str, ...]] = TTLCache(maxsize=100_000, ttl=ttl, timer=clock)
+        self._ttl = ttl
+        self._clock = clock
+        self._seen: dict[str, float] = {}  # name -> when last named in a request
+        self._seen_raw: dict[str, tuple[str, ...]] = {}  # name -> addresses as a request gave them
+        self._seen_ips: dict[str, tuple[str, ...]] = {}
         self._watched: dict[str, tuple[str, ...]] = {}
         self._by_ip: dict[str, str] | None = None
 
-    def observe(self, name: str, addresses: Iterable[str] = ()) -> None:
-        """Record a node named in a request; addresses come with non-cache requests only."""
-        ips = tuple(ip for ip in (normalise_address(a) for a in addresses) if ip)
-        previous = self._seen.get(name)
-        if previous is None or (ips and ips != previous):
-            self._by_ip = None
-        self._seen[name] = ips or previous or ()
+    def observe(self, names: Iterable[str], addresses: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        """Record the nodes named in a request; addresses come with non-cache requests only."""
+        self._seen.update(dict.fromkeys(names, self._clock()))
+        for name, raw in (addresses or {}).items():
+            if self._seen_raw.get(name) != raw:
+                self._seen_raw[name] = raw
+                self._seen_ips[name] = _normalised(raw)
+                self._by_ip = None
 
     def upsert(self, name: str, addresses: Iterable[str]) -> None:
         """A Node added or changed, from the API watch."""
-        self._watched[name] = tuple(ip for ip in (normalise_address(a) for a in addresses) if ip)
+        self._watched[name] = _normalised(addresses)
         self._by_ip = None
 
     def delete(self, name: str) -> None:
         self._watched.pop(name, None)
+        self._forget(name)
+
+    def _forget(self, name: str) -> None:
         self._seen.pop(name, None)
-        self._by_ip = None
+        self._seen_raw.pop(name, None)
+        if self._seen_ips.pop(name, None):
+            self._by_ip = None
 
     def replace_all(self, nodes: Mapping[str, Iterable[str]]) -> None:
         """A fresh list from the API (after a watch restart) replaces what the watch knew."""
-        self._watched = {}
-        for name, addresses in nodes.items():
-            self.upsert(name, addresses)
+        self._watched = {name: _normalised(addresses) for name, addresses in nodes.items()}
+        self._by_ip = None
 
     def names(self) -> set[str]:
-        self._seen.expire()
+        cutoff = self._clock() - self._ttl
+        for name in [n for n, seen in self._seen.items() if seen < cutoff]:
+            self._forget(name)
         return set(self._watched) | set(self._seen)
 
     def addresses(self, name: str) -> tuple[str, ...]:
-        return self._watched.get(name) or self._seen.get(name) or ()
+        return self._watched.get(name) or self._seen_ips.get(name) or ()
 
     def name_for_ip(self, ip: str) -> str | None:
         if self._by_ip is None:
-            by_ip: dict[str, str] = {}
-            for name, ips in [*self._seen.items(), *self._watched.items()]:
-                for address in ips:
-                    by_ip[address] = name
-            self._by_ip = by_ip
+            self._by_ip = {
+                ip: name for source in (self._seen_ips, self._watched) for name, ips in source.items() for ip in ips
+            }
         return self._by_ip.get(ip)
 
     def node_for_identity(self, identity: str, kind: str) -> str | None:
@@ -95,3 +103,7 @@ class NodeDirectory:
         if kind == "address":
             return self.name_for_ip(identity)
         return identity if identity in self._watched or identity in self._seen else None
+
+
+def _normalised(addresses: Iterable[str]) -> tuple[str, ...]:
+    return tuple(ip for ip in (normalise_address(a) for a in addresses) if ip)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loadext.config import Config
 from loadext.protocol import clamp_score
@@ -27,19 +27,33 @@ class Verdict:
     rejected_by: tuple[tuple[str, str], ...] = ()  # (signal, cause) for metrics and explain
 
 
+class VerdictMap(dict[str, Verdict]):
+    """identity -> verdict; a node without series reads as `no_data`, so a whole request is
+    one C-level map() over its names."""
+
+    def __init__(self, verdicts: Mapping[str, Verdict], no_data: Verdict) -> None:
+        super().__init__(verdicts)
+        self.no_data = no_data
+
+    def __missing__(self, identity: str) -> Verdict:
+        return self.no_data
+
+
 @dataclass(frozen=True)
 class DecisionTable:
-    by_identity: Mapping[str, Verdict]
-    no_data: Verdict  # for a node without any series
+    by_identity: VerdictMap
     degraded: bool
     valid_until: float  # wall time at which some sample ages out
     snapshot_version: int
     config_hash: str
+    causes: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # reason -> rejected_by
+
+    @property
+    def no_data(self) -> Verdict:
+        return self.by_identity.no_data
 
     def verdict(self, identity: str | None) -> Verdict:
-        if identity is None:
-            return self.no_data
-        return self.by_identity.get(identity, self.no_data)
+        return self.by_identity.no_data if identity is None else self.by_identity[identity]
 
 
 def is_degraded(snapshot: Snapshot, config: Config, now: float) -> bool:
@@ -90,7 +104,7 @@ def build_table(snapshot: Snapshot, config: Config, now: float) -> DecisionTable
     if is_degraded(snapshot, config, now):
         verdict = degraded_verdict(config)
         # The next successful refresh publishes a new snapshot, which rebuilds the table anyway.
-        return DecisionTable({}, verdict, True, math.inf, snapshot.version, config.hash)
+        return DecisionTable(VerdictMap({}, verdict), True, math.inf, snapshot.version, config.hash, _causes([verdict]))
     expiries = [t + config.max_data_age for t in snapshot.last_success.values()]
     by_identity: dict[str, Verdict] = {}
     for identity, samples in snapshot.by_identity.items():
@@ -98,11 +112,18 @@ def build_table(snapshot: Snapshot, config: Config, now: float) -> DecisionTable
         expiries.extend(
             s.timestamp + config.max_data_age for s in samples.values() if s.timestamp + config.max_data_age > now
         )
+    no_data = judge({}, config, now)
     return DecisionTable(
-        by_identity=by_identity,
-        no_data=judge({}, config, now),
+        by_identity=VerdictMap(by_identity, no_data),
         degraded=False,
         valid_until=min((e for e in expiries if e > now), default=math.inf),
         snapshot_version=snapshot.version,
         config_hash=config.hash,
+        causes=_causes([no_data, *by_identity.values()]),
     )
+
+
+def _causes(verdicts: list[Verdict]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Reason -> (signal, cause) pairs. Requests tally reason strings, whose hashes Python
+    caches, and expand them here: counting per node stays at C speed."""
+    return {v.reason: v.rejected_by for v in verdicts if not v.passed}

@@ -9,9 +9,10 @@ Pod and Node objects keep their own lowerCamel keys and are passed through untou
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 
 MAX_EXTENDER_PRIORITY = 10
@@ -38,21 +39,18 @@ class PodRef:
 
 
 @dataclass(frozen=True, slots=True)
-class CandidateNode:
-    """A node named in a request; `obj` is the full Node in non-cache mode, echoed back as is."""
-
-    name: str
-    addresses: tuple[str, ...]
-    obj: dict[str, Any] | None
-
-
-@dataclass(frozen=True, slots=True)
 class ExtenderArgs:
-    """Filter and prioritize requests. `full_nodes` is True for nodeCacheCapable: false."""
+    """Filter and prioritize requests.
+
+    `names` are the candidate nodes in request order. In non-cache mode (`nodeCacheCapable:
+    false`) `full_nodes` holds each Node object as the raw bytes it arrived in, aligned with
+    `names`, so passing nodes go back byte for byte; `addresses` holds their IPs.
+    """
 
     pod: PodRef | None
-    nodes: tuple[CandidateNode, ...]
-    full_nodes: bool
+    names: list[str]
+    full_nodes: list[msgspec.Raw] | None = None
+    addresses: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,164 +74,219 @@ class BindingArgs:
 
 
 # --- decoding ----------------------------------------------------------------------------------
+#
+# msgspec reads the top level as raw spans and decodes only the fields loadext needs from each,
+# skipping the rest of every Pod and Node in C. Extender-level keys are matched the Go way
+# (exact first, then case-insensitively); keys inside Pod and Node objects are lowerCamel.
+
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-def _loads(body: bytes) -> Any:
+class _OwnerReference(msgspec.Struct):
+    kind: str = ""
+
+
+class _ObjectMeta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    ownerReferences: list[_OwnerReference] | None = None
+
+
+class _Pod(msgspec.Struct):
+    metadata: _ObjectMeta | None = None
+
+
+class _NodeAddress(msgspec.Struct):
+    type: str = ""
+    address: str = ""
+
+
+class _NodeStatus(msgspec.Struct):
+    addresses: list[_NodeAddress] | None = None
+
+
+class _NodeName(msgspec.Struct):
+    name: NonEmpty
+
+
+class _Node(msgspec.Struct):
+    metadata: _NodeName
+    status: _NodeStatus | None = None
+
+
+class _NodeList(msgspec.Struct):
+    items: list[msgspec.Raw] | None = None
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_POD = msgspec.json.Decoder(_Pod | None)
+_NAMES = msgspec.json.Decoder(list[NonEmpty] | None)
+_NODE_LIST = msgspec.json.Decoder(_NodeList | None)
+_NODE = msgspec.json.Decoder(_Node)
+_MISSING = msgspec.Raw(b"null")
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw | bytes, where: str) -> Any:
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        message, _, path = str(exc).partition(" - at `$")
+        raise ProtocolError(f"{where}{path.rstrip('`')}: {message}") from exc
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"{where}: malformed JSON: {exc}") from exc
+
+
+def _top(body: bytes) -> dict[str, msgspec.Raw]:
     if not body.strip():
         raise ProtocolError("empty body: expected a JSON object")
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        top: dict[str, msgspec.Raw] = _TOP.decode(body)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"body: expected a JSON object ({exc})") from exc
+    except msgspec.DecodeError as exc:
         raise ProtocolError(f"malformed JSON: {exc}") from exc
+    return top
 
 
-def field(obj: Mapping[str, Any], name: str) -> Any:
-    """Go's rule: the exact key wins, otherwise a case-insensitive match; absent means None."""
+def field_raw(obj: Mapping[str, msgspec.Raw], name: str) -> msgspec.Raw:
+    """Go's rule: the exact key wins, otherwise a case-insensitive match; absent reads as null."""
     if name in obj:
         return obj[name]
     lowered = name.lower()
     for key, value in obj.items():
         if key.lower() == lowered:
             return value
-    return None
+    return _MISSING
 
 
-def _object(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ProtocolError(f"{where}: expected a JSON object, got {_kind(value)}")
-    return value
-
-
-def _kind(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
-        type(value), "null" if value is None else "number"
-    )
-
-
-def _name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ProtocolError(f"{where}: expected a non-empty string, got {_kind(value)}")
-    return value
-
-
-def _pod(value: Any) -> PodRef | None:
-    if value is None:
+def _pod(raw: msgspec.Raw) -> PodRef | None:
+    pod = _decode(_POD, raw, "Pod")
+    if pod is None:
         return None
-    pod = _object(value, "Pod")
-    meta = pod.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    owners = meta.get("ownerReferences")
-    owner_kinds = (
-        tuple(str(ref.get("kind")) for ref in owners if isinstance(ref, dict)) if isinstance(owners, list) else ()
-    )
+    meta = pod.metadata or _ObjectMeta()
     return PodRef(
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""),
-        owner_kinds=owner_kinds,
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        owner_kinds=tuple(ref.kind for ref in meta.ownerReferences or ()),
     )
 
 
-def node_addresses(node: Mapping[str, Any]) -> tuple[str, ...]:
-    """InternalIPs first (the address node-exporter is scraped on), then other IP types."""
-    status = node.get("status")
-    addresses = status.get("addresses") if isinstance(status, dict) else None
-    if not isinstance(addresses, list):
-        return ()
-    internal, other = [], []
-    for entry in addresses:
-        if isinstance(entry, dict) and isinstance(entry.get("address"), str):
-            kind = entry.get("type")
-            if kind == "InternalIP":
-                internal.append(entry["address"])
-            elif kind == "ExternalIP":
-                other.append(entry["address"])
-    return tuple(internal + other)
+def _addresses(status: _NodeStatus | None) -> tuple[str, ...]:
+    """InternalIPs first (the address node-exporter is scraped on), then ExternalIPs."""
+    found = status.addresses if status is not None and status.addresses else []
+    internal = [a.address for a in found if a.type == "InternalIP" and a.address]
+    external = [a.address for a in found if a.type == "ExternalIP" and a.address]
+    return tuple(internal + external)
 
 
-def decode_extender_args(body: bytes) -> ExtenderArgs:
-    doc = _object(_loads(body), "body")
-    pod = _pod(field(doc, "Pod"))
-    names = field(doc, "NodeNames")
-    node_list = field(doc, "Nodes")
-    if names is not None:
-        if not isinstance(names, list):
-            raise ProtocolError(f"NodeNames: expected an array of strings, got {_kind(names)}")
-        nodes = tuple(CandidateNode(_name(n, f"NodeNames[{i}]"), (), None) for i, n in enumerate(names))
-        return ExtenderArgs(pod, _unique(nodes), full_nodes=False)
-    if node_list is not None:
-        items = _object(node_list, "Nodes").get("items")
-        if items is None:
-            return ExtenderArgs(pod, (), full_nodes=True)
-        if not isinstance(items, list):
-            raise ProtocolError(f"Nodes.items: expected an array, got {_kind(items)}")
-        candidates = []
-        for i, item in enumerate(items):
-            node = _object(item, f"Nodes.items[{i}]")
-            meta = node.get("metadata")
-            name = _name(meta.get("name") if isinstance(meta, dict) else None, f"Nodes.items[{i}].metadata.name")
-            candidates.append(CandidateNode(name, node_addresses(node), node))
-        return ExtenderArgs(pod, _unique(tuple(candidates)), full_nodes=True)
-    return ExtenderArgs(pod, (), full_nodes=False)
+_NAME_PREFIX = b'{"metadata":{"name":"'
 
 
-def _unique(nodes: tuple[CandidateNode, ...]) -> tuple[CandidateNode, ...]:
-    """The scheduler never repeats a node; if a client does, answering twice would double-count."""
-    seen: set[str] = set()
-    out = []
-    for node in nodes:
-        if node.name not in seen:
-            seen.add(node.name)
-            out.append(node)
-    return tuple(out) if len(out) != len(nodes) else nodes
+def _leading_name(raw: msgspec.Raw) -> str | None:
+    """Go's encoder writes `metadata` first and `name` first within it, so a Node's name is
+    read from its first bytes without parsing the other ~7 KB; anything else takes the slow path."""
+    head = memoryview(raw)[:320].tobytes()
+    start = len(_NAME_PREFIX)
+    end = head.find(b'"', start)
+    if not head.startswith(_NAME_PREFIX) or end <= start or b"\\" in head[start:end]:
+        return None
+    return head[start:end].decode()
 
 
-def _victims(value: Any, where: str, full_pods: bool) -> Victims:
-    entry = _object(value, where)
-    pods = field(entry, "Pods")
-    if pods is None:
-        pods = []
-    if not isinstance(pods, list):
-        raise ProtocolError(f"{where}.Pods: expected an array, got {_kind(pods)}")
-    uids = []
-    for i, pod in enumerate(pods):
-        obj = _object(pod, f"{where}.Pods[{i}]")
-        if full_pods:
-            meta = obj.get("metadata")
-            uid = meta.get("uid") if isinstance(meta, dict) else None
-            uids.append(_name(uid, f"{where}.Pods[{i}].metadata.uid"))
-        else:
-            uids.append(_name(field(obj, "UID"), f"{where}.Pods[{i}].UID"))
-    violations = field(entry, "NumPDBViolations")
-    if violations is None:
-        violations = 0
-    if isinstance(violations, bool) or not isinstance(violations, int):
-        raise ProtocolError(f"{where}.NumPDBViolations: expected an integer, got {_kind(violations)}")
-    return Victims(tuple(uids), violations)
+def decode_extender_args(body: bytes, with_addresses: bool = False) -> ExtenderArgs:
+    """`with_addresses`: also read each full Node's IPs (address identities need them)."""
+    top = _top(body)
+    pod = _pod(field_raw(top, "Pod"))
+    listed: list[str] | None = _decode(_NAMES, field_raw(top, "NodeNames"), "NodeNames")
+    if listed is not None:
+        if len(set(listed)) != len(listed):
+            listed = list(dict.fromkeys(listed))  # a repeated node would be answered twice
+        return ExtenderArgs(pod, listed)
+    node_list = _decode(_NODE_LIST, field_raw(top, "Nodes"), "Nodes")
+    if node_list is None or node_list.items is None:
+        return ExtenderArgs(pod, [], None if node_list is None else [])
+    names: list[str] = []
+    raws, addresses, seen = [], {}, set()
+    for i, raw in enumerate(node_list.items):
+        name = None if with_addresses else _leading_name(raw)
+        if name is None:
+            node = _decode(_NODE, raw, f"Nodes.items[{i}]")
+            name = node.metadata.name
+            if with_addresses:
+                addresses[name] = _addresses(node.status)
+        if name in seen:
+            continue
+        seen.add(name)
+        names.append(name)
+        raws.append(raw)
+    return ExtenderArgs(pod, names, raws, addresses)
+
+
+class _MetaPod(msgspec.Struct):
+    UID: NonEmpty
+
+
+class _MetaVictims(msgspec.Struct):
+    Pods: list[_MetaPod] | None = None
+    NumPDBViolations: int = 0
+
+
+class _PodUID(msgspec.Struct):
+    uid: NonEmpty
+
+
+class _FullPod(msgspec.Struct):
+    metadata: _PodUID
+
+
+class _FullVictims(msgspec.Struct):
+    Pods: list[_FullPod] | None = None
+    NumPDBViolations: int = 0
+
+
+_META_VICTIMS = msgspec.json.Decoder(dict[str, dict[str, msgspec.Raw]] | None)
+_META_POD_LIST = msgspec.json.Decoder(list[_MetaPod] | None)
+_FULL_POD_LIST = msgspec.json.Decoder(list[_FullPod] | None)
+_INT = msgspec.json.Decoder(int | None)
 
 
 def decode_preemption_args(body: bytes) -> PreemptionArgs:
-    doc = _object(_loads(body), "body")
-    pod = _pod(field(doc, "Pod"))
-    meta = field(doc, "NodeNameToMetaVictims")
-    full = field(doc, "NodeNameToVictims")
-    source, key, full_pods = (
-        (meta, "NodeNameToMetaVictims", False) if meta is not None else (full, "NodeNameToVictims", True)
-    )
+    """Victims come as UIDs (cache mode) or as full Pods; either way loadext keeps UIDs."""
+    top = _top(body)
+    pod = _pod(field_raw(top, "Pod"))
+    key, full_pods = "NodeNameToMetaVictims", False
+    nodes = _decode(_META_VICTIMS, field_raw(top, key), key)
+    if nodes is None:
+        key, full_pods = "NodeNameToVictims", True
+        nodes = _decode(_META_VICTIMS, field_raw(top, key), key)
     victims: dict[str, Victims] = {}
-    if source is not None:
-        for node, entry in _object(source, key).items():
-            victims[node] = _victims(entry, f"{key}[{node!r}]", full_pods)
+    for node, entry in (nodes or {}).items():
+        where = f"{key}[{node!r}]"
+        if full_pods:
+            pods = _decode(_FULL_POD_LIST, field_raw(entry, "Pods"), f"{where}.Pods") or []
+            uids = tuple(p.metadata.uid for p in pods)
+        else:
+            pods = _decode(_META_POD_LIST, field_raw(entry, "Pods"), f"{where}.Pods") or []
+            uids = tuple(p.UID for p in pods)
+        violations = _decode(_INT, field_raw(entry, "NumPDBViolations"), f"{where}.NumPDBViolations")
+        victims[node] = Victims(uids, violations or 0)
     return PreemptionArgs(pod, victims)
 
 
+_NAME = msgspec.json.Decoder(NonEmpty)
+
+
 def decode_binding_args(body: bytes) -> BindingArgs:
-    doc = _object(_loads(body), "body")
+    top = _top(body)
+
+    def name(key: str) -> str:
+        value: str = _decode(_NAME, field_raw(top, key), key)
+        return value
+
     return BindingArgs(
-        pod_name=_name(field(doc, "PodName"), "PodName"),
-        pod_namespace=_name(field(doc, "PodNamespace"), "PodNamespace"),
-        pod_uid=_name(field(doc, "PodUID"), "PodUID"),
-        node=_name(field(doc, "Node"), "Node"),
+        pod_name=name("PodName"), pod_namespace=name("PodNamespace"), pod_uid=name("PodUID"), node=name("Node")
     )
 
 
@@ -242,26 +295,19 @@ def decode_binding_args(body: bytes) -> BindingArgs:
 
 def encode_filter_result(
     args: ExtenderArgs,
-    passed: list[CandidateNode],
+    passed: list[int],
     failed: dict[str, str],
     unresolvable: dict[str, str],
     error: str = "",
 ) -> bytes:
-    """In non-cache mode only `Nodes` counts, so the passing Node objects go back unchanged."""
-    if args.full_nodes:
-        nodes: Any = {"metadata": {}, "items": [node.obj for node in passed]}
-        names: Any = None
-    else:
-        nodes, names = None, [node.name for node in passed]
-    return orjson.dumps(
-        {
-            "Nodes": nodes,
-            "NodeNames": names,
-            "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": unresolvable,
-            "Error": error,
-        }
-    )
+    """`passed` indexes args.names. In non-cache mode only `Nodes` counts, so the passing Node
+    objects go back exactly as they came."""
+    tail = orjson.dumps({"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": error})
+    if args.full_nodes is not None:
+        items = b",".join([args.full_nodes[i] for i in passed])  # Raw spans of the request, no copy per node
+        return b"".join((b'{"Nodes":{"metadata":{},"items":[', items, b']},"NodeNames":null,', tail[1:]))
+    names = orjson.dumps([args.names[i] for i in passed])
+    return b'{"Nodes":null,"NodeNames":' + names + b"," + tail[1:]
 
 
 def clamp_score(score: float) -> int:
@@ -270,7 +316,8 @@ def clamp_score(score: float) -> int:
 
 
 def encode_host_priority_list(scores: list[tuple[str, int]]) -> bytes:
-    return orjson.dumps([{"Host": host, "Score": clamp_score(score)} for host, score in scores])
+    """Scores arrive clamped (policy uses clamp_score), as ints: a float would void the reply."""
+    return orjson.dumps([{"Host": host, "Score": score} for host, score in scores])
 
 
 def encode_preemption_result(victims: dict[str, Victims]) -> bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
@@ -68,11 +69,8 @@ class Telemetry:
         self.no_fit = Counter(
             "loadext_filter_no_fit", "Filter calls in which loadext passed no node at all.", registry=r
         )
-        self.scores = Histogram(
-            "loadext_prioritize_score",
-            "Scores returned by prioritize (0..10).",
-            buckets=tuple(range(11)),
-            registry=r,
+        self.scores = Counter(
+            "loadext_prioritize_scores", "Scores returned by prioritize, by score (0..10).", ["score"], registry=r
         )
         self.query_duration = Histogram(
             "loadext_prometheus_query_duration_seconds",
@@ -138,7 +136,19 @@ class Telemetry:
             self.config_reloads.labels(result)
         for result in ("passed", "rejected"):
             self.filtered_nodes.labels(result)
+        # Children resolved once: labels() costs microseconds, and filter runs on every cycle.
+        self.passed_nodes = self.filtered_nodes.labels("passed")
+        self.rejected_nodes = self.filtered_nodes.labels("rejected")
+        self.score_counters = [self.scores.labels(str(score)) for score in range(11)]
+        self._rejection_counters: dict[tuple[str, str], Any] = {}
         self._node_collector: _NodeSignalCollector | None = None
+
+    def rejection_counter(self, signal: str, cause: str) -> Any:
+        key = (signal, cause)
+        counter = self._rejection_counters.get(key)
+        if counter is None:
+            counter = self._rejection_counters[key] = self.node_rejections.labels(signal, cause)
+        return counter
 
     def export_node_signals(self, source: NodeSignals | None) -> None:
         """Register (or with None, unregister) the per-node gauge family."""

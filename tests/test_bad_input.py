@@ -18,27 +18,28 @@ VERBS = ["filter", "prioritize", "preempt", "bind"]
 CASES = [
     ("filter", b"", "empty body"),
     ("filter", b"{not json", "malformed JSON"),
-    ("filter", b"[]", "body: expected a JSON object, got array"),
-    ("filter", b'{"NodeNames": "ceph1"}', "NodeNames: expected an array of strings, got string"),
-    ("filter", b'{"NodeNames": ["ceph1", 7]}', "NodeNames[1]: expected a non-empty string, got number"),
-    ("prioritize", b'{"Nodes": {"items": {}}}', "Nodes.items: expected an array, got object"),
+    ("filter", b"[]", "body: expected a JSON object (Expected `object`, got `array`)"),
+    ("filter", b'{"NodeNames": "ceph1"}', "NodeNames: Expected `array | null`, got `str`"),
+    ("filter", b'{"NodeNames": ["ceph1", ""]}', "NodeNames[1]: Expected `str` of length >= 1"),
+    ("filter", b'{"NodeNames": ["ceph1", 7]}', "NodeNames[1]: Expected `str`, got `int`"),
+    ("prioritize", b'{"Nodes": {"items": {}}}', "Nodes.items: Expected `array | null`, got `object`"),
     (
         "prioritize",
         b'{"Nodes": {"items": [{"metadata": {}}]}}',
-        "Nodes.items[0].metadata.name: expected a non-empty string, got null",
+        "Nodes.items[0].metadata: Object missing required field `name`",
     ),
-    ("filter", b'{"Pod": "ingest-0", "NodeNames": []}', "Pod: expected a JSON object, got string"),
+    ("filter", b'{"Pod": "ingest-0", "NodeNames": []}', "Pod: Expected `object | null`, got `str`"),
     (
         "preempt",
         b'{"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": 5}]}}}',
-        "NodeNameToMetaVictims['n1'].Pods[0].UID: expected a non-empty string, got number",
+        "NodeNameToMetaVictims['n1'].Pods[0].UID: Expected `str`, got `int`",
     ),
     (
         "preempt",
         b'{"NodeNameToMetaVictims": {"n1": {"Pods": [], "NumPDBViolations": "1"}}}',
-        "NumPDBViolations: expected an integer, got string",
+        "NumPDBViolations: Expected `int | null`, got `str`",
     ),
-    ("bind", b'{"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}', "Node: expected a non-empty string"),
+    ("bind", b'{"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}', "Node: Expected `str`, got `null`"),
 ]
 
 

@@ -1,0 +1,3 @@
+module github.com/loadext/loadext/benchmarks/reference
+
+go 1.22
