@@ -18,7 +18,7 @@ from typing import Any
 
 from loadext.config import Config
 from loadext.nodes import NodeDirectory, normalise_address
-from loadext.policy import DecisionTable, Verdict, build_table
+from loadext.policy import DecisionTable, NodeState, Verdict, build_table
 from loadext.protocol import (
     ExtenderArgs,
     PreemptionArgs,
@@ -68,10 +68,10 @@ class Extender:
 
     def _config_applied(self) -> None:
         self._table = None
-        self.telemetry.prepare_signals(s.name for s in self.config.signals)
+        self.telemetry.prepare_signals((s.name, s.threshold) for s in self.config.signals)
         self.telemetry.set_config_hash(self.config.hash)
         self.telemetry.config_last_reload.set(self.clock())
-        self.telemetry.export_node_signals(self.node_signals if self.config.per_node_metrics else None)
+        self.telemetry.export_nodes(self.node_states if self.config.per_node_metrics else None)
 
     @property
     def ready(self) -> bool:
@@ -145,6 +145,8 @@ class Extender:
         scores = [verdict.score for verdict in self.verdicts(args.names, args.addresses)]
         for score, count in Tally(scores).items():
             self.telemetry.score_counters[score].inc(count)
+        if scores and self.config.per_node_metrics:
+            self.telemetry.preferred_counter(args.names[scores.index(max(scores))]).inc()
         return encode_host_priority_list(list(zip(args.names, scores, strict=True)))
 
     def preempt(self, args: PreemptionArgs) -> bytes:
@@ -160,13 +162,18 @@ class Extender:
 
     # --- observability --------------------------------------------------------------------
 
-    def node_signals(self) -> Iterable[tuple[str, str, float]]:
-        """(node, signal, ratio) for /metrics; series that match no node keep their identity."""
-        kind = self.config.node_identity.kind
-        for identity, samples in self.cache.snapshot.by_identity.items():
-            node = self.directory.node_for_identity(identity, kind) or identity
-            for signal, sample in samples.items():
-                yield node, signal, sample.value
+    def node_states(self) -> list[NodeState]:
+        """Every node loadext knows (and, with name identities, every node a series names)."""
+        table, snapshot = self.table(), self.cache.snapshot
+        names = self.directory.names()
+        if self.config.node_identity.kind == "name":
+            names |= set(snapshot.by_identity)
+        states = []
+        for name in sorted(names):
+            identity = self.identity(name, (), table)
+            samples = snapshot.by_identity.get(identity, {}) if identity else {}
+            states.append(NodeState(name, identity, samples, table.verdict(identity)))
+        return states
 
     def update_mapping(self) -> None:
         """Recount which known nodes lack series and which series name no node; log changes."""
@@ -205,27 +212,20 @@ class Extender:
         table = self.table()
         now = self.clock()
         snapshot = self.cache.snapshot
-        kind = self.config.node_identity.kind
-        names = self.directory.names()
-        if kind == "name":
-            names |= set(snapshot.by_identity)
-        rows = []
-        for name in sorted(names):
-            identity = self.identity(name, (), table)
-            verdict = table.verdict(identity)
-            samples = snapshot.by_identity.get(identity, {}) if identity else {}
-            rows.append(
-                {
-                    "node": name,
-                    "identity": identity,
-                    "signals": {
-                        s: {"value": round(v.value, 4), "age": round(now - v.timestamp, 1)} for s, v in samples.items()
-                    },
-                    "verdict": "pass" if verdict.passed else "reject",
-                    "score": verdict.score,
-                    "reason": verdict.reason,
-                }
-            )
+        rows = [
+            {
+                "node": state.node,
+                "identity": state.identity,
+                "signals": {
+                    s: {"value": round(v.value, 4), "age": round(now - v.timestamp, 1)}
+                    for s, v in state.samples.items()
+                },
+                "verdict": "pass" if state.verdict.passed else "reject",
+                "score": state.verdict.score,
+                "reason": state.verdict.reason,
+            }
+            for state in self.node_states()
+        ]
         return {
             "time": now,
             "configHash": self.config.hash,

@@ -27,6 +27,16 @@ class Verdict:
     rejected_by: tuple[tuple[str, str], ...] = ()  # (signal, cause) for metrics and explain
 
 
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One node as loadext sees it now: for explain and the per-node metrics."""
+
+    node: str
+    identity: str | None
+    samples: Mapping[str, Sample]
+    verdict: Verdict
+
+
 class VerdictMap(dict[str, Verdict]):
     """identity -> verdict; a node without series reads as `no_data`, so a whole request is
     one C-level map() over its names."""

@@ -50,6 +50,7 @@ class ConfigReloader:
         self.apply(config)
         self.last_error = None
         self.telemetry.config_reloads.labels("success").inc()
+        self.telemetry.config_reload_ok.set(1)
         log.info("config reloaded from %s (hash %s)", source, config.hash)
         return True
 
@@ -60,6 +61,7 @@ class ConfigReloader:
         self.last_error = message
         log.error("config reload rejected, keeping the last good config: %s", message)
         self.telemetry.config_reloads.labels("failure").inc()
+        self.telemetry.config_reload_ok.set(0)
         if self.on_rejected is not None:
             self.on_rejected(message)
 

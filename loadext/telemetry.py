@@ -16,28 +16,62 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from loadext import __version__
+from loadext.policy import NodeState
 
 VERBS = ("filter", "prioritize", "preempt", "bind")
 # From 250 us to the scheduler's default 5 s extender timeout.
 LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+QUERY_ERROR_KINDS = (
+    "timeout",
+    "connection",
+    "bad_query",
+    "execution",
+    "unavailable",
+    "http_4xx",
+    "http_5xx",
+    "http_other",
+    "parse",
+    "result_type",
+    "request",
+)
 QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
-NodeSignals = Callable[[], Iterable[tuple[str, str, float]]]  # (node, signal, ratio)
+NodeStates = Callable[[], Iterable[NodeState]]
 
 
-class _NodeSignalCollector(Collector):
-    def __init__(self, source: NodeSignals) -> None:
+class _NodeCollector(Collector):
+    """Per-node gauges read from the current snapshot at scrape time: a deleted node simply
+    stops appearing, and the family can be switched off for huge clusters."""
+
+    def __init__(self, source: NodeStates) -> None:
         self._source = source
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
+        ratio = GaugeMetricFamily(
             "loadext_node_signal_ratio",
             "Utilisation loadext currently believes per node and signal (0..1).",
             labels=["node", "signal"],
         )
-        for node, signal, value in self._source():
-            family.add_metric([node, signal], value)
-        yield family
+        stamp = GaugeMetricFamily(
+            "loadext_node_signal_timestamp_seconds",
+            "When the value in loadext_node_signal_ratio was evaluated by Prometheus.",
+            labels=["node", "signal"],
+        )
+        schedulable = GaugeMetricFamily(
+            "loadext_node_schedulable",
+            "1 if loadext's filter passes the node now, 0 if it refuses it.",
+            labels=["node"],
+        )
+        score = GaugeMetricFamily(
+            "loadext_node_score", "The score loadext gives the node now (0..10).", labels=["node"]
+        )
+        for state in self._source():
+            for signal, sample in state.samples.items():
+                ratio.add_metric([state.node, signal], sample.value)
+                stamp.add_metric([state.node, signal], sample.timestamp)
+            schedulable.add_metric([state.node], 1 if state.verdict.passed else 0)
+            score.add_metric([state.node], state.verdict.score)
+        yield from (ratio, stamp, schedulable, score)
 
 
 class Telemetry:
@@ -121,6 +155,22 @@ class Telemetry:
         )
         self.config_reloads = Counter("loadext_config_reloads", "Config loads by result.", ["result"], registry=r)
         self.config_info = Gauge("loadext_config_info", "The active config's hash (value 1).", ["hash"], registry=r)
+        self.config_reload_ok = Gauge(
+            "loadext_config_last_reload_successful",
+            "1 if the newest config version loadext saw was valid, 0 if it was rejected.",
+            registry=r,
+        )
+        self.config_reload_ok.set(1)
+        self.thresholds = Gauge(
+            "loadext_signal_threshold_ratio", "The configured filter threshold per signal.", ["signal"], registry=r
+        )
+        self.preferred = Counter(
+            "loadext_node_preferred",
+            "Prioritize calls in which the node got loadext's best score (per-node; off with perNodeMetrics).",
+            ["node"],
+            registry=r,
+        )
+        self._preferred_counters: dict[str, Any] = {}
         self.config_last_reload = Gauge(
             "loadext_config_last_reload_success_timestamp_seconds",
             "When the active config was loaded.",
@@ -141,7 +191,13 @@ class Telemetry:
         self.rejected_nodes = self.filtered_nodes.labels("rejected")
         self.score_counters = [self.scores.labels(str(score)) for score in range(11)]
         self._rejection_counters: dict[tuple[str, str], Any] = {}
-        self._node_collector: _NodeSignalCollector | None = None
+        self._node_collector: _NodeCollector | None = None
+
+    def preferred_counter(self, node: str) -> Any:
+        counter = self._preferred_counters.get(node)
+        if counter is None:
+            counter = self._preferred_counters[node] = self.preferred.labels(node)
+        return counter
 
     def rejection_counter(self, signal: str, cause: str) -> Any:
         key = (signal, cause)
@@ -150,20 +206,25 @@ class Telemetry:
             counter = self._rejection_counters[key] = self.node_rejections.labels(signal, cause)
         return counter
 
-    def export_node_signals(self, source: NodeSignals | None) -> None:
+    def export_nodes(self, source: NodeStates | None) -> None:
         """Register (or with None, unregister) the per-node gauge family."""
         if self._node_collector is not None:
             self.registry.unregister(self._node_collector)
             self._node_collector = None
         if source is not None:
-            self._node_collector = _NodeSignalCollector(source)
+            self._node_collector = _NodeCollector(source)
             self.registry.register(self._node_collector)
 
-    def prepare_signals(self, signals: Iterable[str]) -> None:
-        """Pre-create per-signal series so dashboards show 0, not nothing."""
-        for signal in signals:
+    def prepare_signals(self, signals: Iterable[tuple[str, float | None]]) -> None:
+        """Pre-create per-signal series so dashboards show 0, not nothing; publish thresholds."""
+        self.thresholds.clear()
+        for signal, threshold in signals:
+            if threshold is not None:
+                self.thresholds.labels(signal).set(threshold)
             self.query_duration.labels(signal)
             self.invalid_values.labels(signal)
+            for kind in QUERY_ERROR_KINDS:
+                self.query_errors.labels(signal, kind)
             for cause in ("threshold", "missing", "degraded"):
                 self.node_rejections.labels(signal, cause)
 

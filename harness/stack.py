@@ -1,0 +1,117 @@
+"""A live monitoring stack: `loadext serve` deciding for synthetic nodes, a real Prometheus
+scraping both the nodes' exporter and loadext's own /metrics, and scheduler-shaped traffic.
+
+The dashboard tests send every panel's query to this Prometheus, and docs/render_dashboards.py
+draws the panels from it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from harness.exporter import Exporter
+from harness.kubernetes import Process, wait_until
+from harness.prometheus import PrometheusServer, free_port
+
+NODES = {f"worker-{i}": ((i * 23) % 100 / 100, (i * 41) % 100 / 100) for i in range(1, 9)}
+CONFIG = """prometheus: {{url: "{url}", timeout: 1s}}
+refreshInterval: 1s
+maxDataAge: 30s
+nodeIdentity: {{label: node, kind: name}}
+signals:
+  - {{name: cpu, query: 'stack_cpu', threshold: 0.8, weight: 1}}
+  - {{name: memory, query: 'stack_memory', threshold: 0.9, weight: 1}}
+"""
+
+
+def post(url: str, body: dict[str, Any] | bytes) -> int:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            reply.read()
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+class LiveStack:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.exporter = Exporter()
+        for node, (cpu, memory) in NODES.items():
+            self.set_load(node, cpu, memory)
+        self.loadext_port = free_port()
+        self.prometheus = PrometheusServer(str(workdir), self._scrape_config())
+        self.config_path = workdir / "loadext.yaml"
+        self.config_path.write_text(CONFIG.format(url=self.prometheus.url))
+        self.url = f"http://127.0.0.1:{self.loadext_port}"
+        self.loadext = Process("loadext", [sys.executable, "-m", "loadext", "serve", "--config", str(self.config_path),
+                                           "--listen", f"127.0.0.1:{self.loadext_port}", "--reload-interval", "200ms"],
+                               workdir)
+        self._stop = threading.Event()
+        self._traffic: threading.Thread | None = None
+
+    def _scrape_config(self) -> str:
+        return (
+            "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            "  - job_name: nodes\n"
+            "    honor_labels: true\n"
+            f"    static_configs: [{{targets: ['{self.exporter.target}']}}]\n"
+            "  - job_name: loadext\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{self.loadext_port}']}}]\n"
+        )
+
+    def set_load(self, node: str, cpu: float, memory: float) -> None:
+        self.exporter.set_gauge("stack_cpu", cpu, node=node)
+        self.exporter.set_gauge("stack_memory", memory, node=node)
+
+    def start(self) -> LiveStack:
+        wait_until(lambda: urllib.request.urlopen(self.url + "/readyz", timeout=1).status == 200, "loadext",
+                   process=self.loadext)
+        self._traffic = threading.Thread(target=self._schedule_forever, daemon=True)
+        self._traffic.start()
+        return self
+
+    def _schedule_forever(self) -> None:
+        """A scheduler's calls, plus the odd malformed body and one invalid config edit."""
+        pod = {"metadata": {"name": "web", "namespace": "demo", "uid": "u1"}}
+        names = list(NODES)
+        cycle = 0
+        while not self._stop.is_set():
+            cycle += 1
+            post(self.url + "/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
+            post(self.url + "/prioritize", {"Pod": pod, "Nodes": None, "NodeNames": names[: 2 + cycle % 6]})
+            post(self.url + "/preempt", {"Pod": pod, "NodeNameToMetaVictims": {
+                n: {"Pods": [{"UID": f"v-{n}"}], "NumPDBViolations": 0} for n in names[:3]}})
+            if cycle % 25 == 0:
+                post(self.url + "/filter", b"{not json")
+            self._stop.wait(0.05)
+
+    def break_config_once(self) -> None:
+        """An invalid edit, rejected (counted and logged), then the good config restored."""
+        good = self.config_path.read_text()
+        self.config_path.write_text(good + "failurePolicy: sometimes\n")
+        wait_until(lambda: "config reload rejected" in self.loadext.log_tail(20000), "the rejection")
+        self.config_path.write_text(good.replace("weight: 1}\n  - {name: memory", "weight: 2}\n  - {name: memory"))
+
+    def wait_scraped(self, seconds: float) -> None:
+        """Let Prometheus collect enough loadext samples for rate() windows."""
+        wait_until(lambda: bool(self.prometheus.query('loadext_requests_total{job="loadext"}')), "loadext scraped")
+        time.sleep(seconds)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._traffic is not None:
+            self._traffic.join(5)
+        self.loadext.stop()
+        self.prometheus.stop()
+        self.exporter.close()
