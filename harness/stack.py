@@ -53,9 +53,22 @@ class LiveStack:
         self.config_path = workdir / "loadext.yaml"
         self.config_path.write_text(CONFIG.format(url=self.prometheus.url))
         self.url = f"http://127.0.0.1:{self.loadext_port}"
-        self.loadext = Process("loadext", [sys.executable, "-m", "loadext", "serve", "--config", str(self.config_path),
-                                           "--listen", f"127.0.0.1:{self.loadext_port}", "--reload-interval", "200ms"],
-                               workdir)
+        self.loadext = Process(
+            "loadext",
+            [
+                sys.executable,
+                "-m",
+                "loadext",
+                "serve",
+                "--config",
+                str(self.config_path),
+                "--listen",
+                f"127.0.0.1:{self.loadext_port}",
+                "--reload-interval",
+                "200ms",
+            ],
+            workdir,
+        )
         self._stop = threading.Event()
         self._traffic: threading.Thread | None = None
 
@@ -75,8 +88,11 @@ class LiveStack:
         self.exporter.set_gauge("stack_memory", memory, node=node)
 
     def start(self) -> LiveStack:
-        wait_until(lambda: urllib.request.urlopen(self.url + "/readyz", timeout=1).status == 200, "loadext",
-                   process=self.loadext)
+        wait_until(
+            lambda: urllib.request.urlopen(self.url + "/readyz", timeout=1).status == 200,
+            "loadext",
+            process=self.loadext,
+        )
         self._traffic = threading.Thread(target=self._schedule_forever, daemon=True)
         self._traffic.start()
         return self
@@ -90,8 +106,15 @@ class LiveStack:
             cycle += 1
             post(self.url + "/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
             post(self.url + "/prioritize", {"Pod": pod, "Nodes": None, "NodeNames": names[: 2 + cycle % 6]})
-            post(self.url + "/preempt", {"Pod": pod, "NodeNameToMetaVictims": {
-                n: {"Pods": [{"UID": f"v-{n}"}], "NumPDBViolations": 0} for n in names[:3]}})
+            post(
+                self.url + "/preempt",
+                {
+                    "Pod": pod,
+                    "NodeNameToMetaVictims": {
+                        n: {"Pods": [{"UID": f"v-{n}"}], "NumPDBViolations": 0} for n in names[:3]
+                    },
+                },
+            )
             if cycle % 25 == 0:
                 post(self.url + "/filter", b"{not json")
             self._stop.wait(0.05)

@@ -24,8 +24,15 @@ from harness.stack import LiveStack
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 RULES = ROOT / "manifests" / "rules" / "loadext-rules.yaml"
-VARIABLES = {"$__rate_interval": "5s", "$__range": "1m", "$__interval": "1s", "$job": "loadext", "$node": ".*",
-             "$signal": ".*", "$timeout": "2"}
+VARIABLES = {
+    "$__rate_interval": "5s",
+    "$__range": "1m",
+    "$__interval": "1s",
+    "$job": "loadext",
+    "$node": ".*",
+    "$signal": ".*",
+    "$timeout": "2",
+}
 # Panels that may rightly show nothing in this stack, and why.
 MAY_BE_EMPTY = {
     "Pods placed per node (kube-state-metrics)": "needs kube-state-metrics, which the test stack does not run",
@@ -58,8 +65,9 @@ def rule_exprs() -> list[tuple[str, str]]:
 
 
 def test_generated_dashboards_are_fresh() -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "dashboards" / "generate.py"), "--check"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "dashboards" / "generate.py"), "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -94,10 +102,14 @@ def test_dashboard_lint(path: Path) -> None:
 def test_dashboards_ship_as_sidecar_configmaps_from_the_same_json() -> None:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl is required (scripts/test.sh puts the one it builds on PATH)"
-    rendered = subprocess.run([kubectl, "kustomize", str(ROOT / "manifests" / "base")], capture_output=True,
-                              text=True, check=True).stdout
-    configmaps = {d["metadata"]["name"]: d for d in yaml.safe_load_all(rendered)
-                  if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("loadext-dashboard")}
+    rendered = subprocess.run(
+        [kubectl, "kustomize", str(ROOT / "manifests" / "base")], capture_output=True, text=True, check=True
+    ).stdout
+    configmaps = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all(rendered)
+        if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("loadext-dashboard")
+    }
     shipped = {key: value for d in configmaps.values() for key, value in d["data"].items()}
     assert shipped == {path.name: path.read_text() for path in DASHBOARDS}
     assert all(d["metadata"]["labels"]["grafana_dashboard"] == "1" for d in configmaps.values())
@@ -123,8 +135,9 @@ def test_prometheusrule_carries_the_plain_rules() -> None:
 def test_promtool_checks_and_unit_tests_the_rules() -> None:
     check = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    unit = subprocess.run([PROMTOOL, "test", "rules", "loadext-rules.test.yaml"], cwd=RULES.parent,
-                          capture_output=True, text=True)
+    unit = subprocess.run(
+        [PROMTOOL, "test", "rules", "loadext-rules.test.yaml"], cwd=RULES.parent, capture_output=True, text=True
+    )
     assert unit.returncode == 0, unit.stdout + unit.stderr
     tested = set(re.findall(r"alertname: (\w+)", (RULES.parent / "loadext-rules.test.yaml").read_text()))
     assert tested == {name for name, _ in rule_exprs()}, "every alert needs a promtool unit test"
@@ -155,12 +168,17 @@ def query(stack: LiveStack, expr: str) -> dict[str, Any]:
     return result
 
 
-PANEL_QUERIES = [(path.name, panel["title"], target["expr"]) for path in DASHBOARDS
-                 for panel in panels(load(path)) for target in panel["targets"]]
+PANEL_QUERIES = [
+    (path.name, panel["title"], target["expr"])
+    for path in DASHBOARDS
+    for panel in panels(load(path))
+    for target in panel["targets"]
+]
 
 
-@pytest.mark.parametrize(("dashboard", "title", "expr"), PANEL_QUERIES,
-                         ids=[f"{d}:{t}:{i}" for i, (d, t, _) in enumerate(PANEL_QUERIES)])
+@pytest.mark.parametrize(
+    ("dashboard", "title", "expr"), PANEL_QUERIES, ids=[f"{d}:{t}:{i}" for i, (d, t, _) in enumerate(PANEL_QUERIES)]
+)
 def test_every_panel_query_returns_data(stack: LiveStack, dashboard: str, title: str, expr: str) -> None:
     result = query(stack, substitute(expr))
     assert result["status"] == "success", result
