@@ -201,3 +201,16 @@ def test_every_loadext_metric_referenced_exists(stack: LiveStack) -> None:
         referenced |= set(re.findall(r"\b(loadext_\w+)", expr))
     missing = {name for name in referenced if not re.search(rf"^{name}[{{ ]", exposed, re.M)}
     assert not missing, f"queries use metrics loadext does not export: {missing}"
+
+
+def test_render_dashboards_draws_every_dashboard(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "render_dashboards.py"), "--seconds", "6", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    drawn = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert drawn == sorted(p.with_suffix(".png").name for p in DASHBOARDS)
+    assert all((tmp_path / name).stat().st_size > 20_000 for name in drawn)
