@@ -206,7 +206,7 @@ def _explain(args: argparse.Namespace) -> int:
     api = kube.api_client(args.kubeconfig) if args.kubeconfig else None
     if api is not None:
         extender.directory.replace_all({n.metadata.name: kube.node_addresses(n) for n in api.list_node().items})
-    extender.directory.observe(args.node)
+    extender.directory.observe(list(args.node))
     refresher = Refresher(extender)
 
     async def once() -> None:

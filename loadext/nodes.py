@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
 
@@ -52,10 +53,20 @@ class NodeDirectory:
         self._seen_ips: dict[str, tuple[str, ...]] = {}
         self._watched: dict[str, tuple[str, ...]] = {}
         self._by_ip: dict[str, str] | None = None
+        self._pending: deque[tuple[float, list[str]]] = deque(maxlen=4096)
 
-    def observe(self, names: Iterable[str], addresses: Mapping[str, tuple[str, ...]] | None = None) -> None:
-        """Record the nodes named in a request; addresses come with non-cache requests only."""
-        self._seen.update(dict.fromkeys(names, self._clock()))
+    def _fold(self) -> None:
+        while self._pending:
+            when, names = self._pending.popleft()
+            self._seen.update(dict.fromkeys(names, when))
+
+    def observe(self, names: list[str], addresses: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        """Record the nodes named in a request; addresses come with non-cache requests only.
+
+        O(1) on the scheduling path: the list is queued and folded in when someone reads the
+        directory (the mapping check, explain). Under a flood, the oldest queued lists drop,
+        and the newest requests name the same nodes anyway."""
+        self._pending.append((self._clock(), names))
         for name, raw in (addresses or {}).items():
             if self._seen_raw.get(name) != raw:
                 self._seen_raw[name] = raw
@@ -83,6 +94,7 @@ class NodeDirectory:
         self._by_ip = None
 
     def names(self) -> set[str]:
+        self._fold()
         cutoff = self._clock() - self._ttl
         for name in [n for n, seen in self._seen.items() if seen < cutoff]:
             self._forget(name)
@@ -102,6 +114,7 @@ class NodeDirectory:
         """The node a stored series belongs to, if loadext knows that node."""
         if kind == "address":
             return self.name_for_ip(identity)
+        self._fold()
         return identity if identity in self._watched or identity in self._seen else None
 
 
