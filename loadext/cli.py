@@ -101,9 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file")
 
     explain = commands.add_parser(
-        "explain", help="query Prometheus once and show every node's values, verdict and score"
+        "explain",
+        help="show every node's values, verdict and score: from one Prometheus query (--config) or from "
+        "a running loadext (--url), or a pod's last decisions (--url with --pod)",
     )
-    explain.add_argument("--config", required=True)
+    where = explain.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", help="query Prometheus once with this config")
+    where.add_argument("--url", help="ask a running loadext, e.g. http://127.0.0.1:8888")
+    explain.add_argument("--pod", metavar="NAMESPACE/NAME", help="with --url: that pod's last filter/prioritize")
     explain.add_argument("--output", choices=["table", "json"], default="table")
     explain.add_argument("--kubeconfig", help="list Nodes from this cluster (for address identities)")
     explain.add_argument(
@@ -198,6 +203,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    if args.url:
+        return _explain_remote(args)
+    if args.pod:
+        raise OSError("--pod needs --url: decisions live in the running loadext")
     from loadext import kube
     from loadext.refresher import Refresher
 
@@ -205,7 +214,11 @@ def _explain(args: argparse.Namespace) -> int:
     extender = Extender(config, Telemetry())
     api = kube.api_client(args.kubeconfig) if args.kubeconfig else None
     if api is not None:
-        extender.directory.replace_all({n.metadata.name: kube.node_addresses(n) for n in api.list_node().items})
+        nodes = api.list_node().items
+        extender.directory.replace_all(
+            {n.metadata.name: kube.node_addresses(n) for n in nodes},
+            {n.metadata.name: n.metadata.labels or {} for n in nodes},
+        )
     extender.directory.observe(list(args.node))
     refresher = Refresher(extender)
 
@@ -222,6 +235,58 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain_remote(args: argparse.Namespace) -> int:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    query = "?" + urllib.parse.urlencode({"pod": args.pod}) if args.pod else ""
+    try:
+        with urllib.request.urlopen(args.url.rstrip("/") + "/explain" + query, timeout=10) as reply:
+            report = orjson.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        print(f"error: {orjson.loads(exc.read()).get('error', exc)}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+    elif args.pod:
+        print(format_pod_decisions(report))
+    else:
+        print(format_explain(report))
+    return 0
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def format_pod_decisions(report: dict[str, Any]) -> str:
+    """A pod's last filter and prioritize, one row per candidate node."""
+    lines = []
+    for verb in ("filter", "prioritize"):
+        decision = report.get(verb)
+        if decision is None:
+            continue
+        signals = sorted({s for node in decision["nodes"] for s in node["signals"]})
+        rows = [["NODE", *(s.upper() for s in signals), "POOL", "VERDICT", "SCORE", "REASON"]]
+        for node in decision["nodes"]:
+            cells = [node["node"]]
+            for signal in signals:
+                sample = node["signals"].get(signal)
+                cells.append(
+                    f"{sample['value'] * 100:.0f}%/{(sample['threshold'] or 0) * 100:g}% ({sample['age']:.0f}s)"
+                    if sample
+                    else "-"
+                )
+            cells += [node["pool"] or "-", node["verdict"], str(node["score"]), node["reason"] or "-"]
+            rows.append(cells)
+        lines.append(f"{verb} for {report['pod']} (config {decision['configHash']}); values are value/threshold (age):")
+        lines.extend(_table(rows))
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
 def format_explain(report: dict[str, Any]) -> str:
     """The table an SRE reads when asking "why not this node"."""
     signals = [s["name"] for s in report["signals"]]
@@ -234,8 +299,7 @@ def format_explain(report: dict[str, Any]) -> str:
             cells.append(f"{sample['value'] * 100:.0f}% ({sample['age']:.0f}s)" if sample else "-")
         cells += [node["verdict"], str(node["score"]), node["reason"] or "-"]
         rows.append(cells)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines = _table(rows)
     thresholds = ", ".join(
         f"{s['name']} {'-' if s['threshold'] is None else format(s['threshold'] * 100, 'g') + '%'}"
         for s in report["signals"]

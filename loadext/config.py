@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar
@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 MISSING_DATA_POLICIES = ("pass", "reject")
 FAILURE_POLICIES = ("open", "closed")
-STRATEGIES = ("leastLoaded", "targetUtilization")
+STRATEGIES = ("leastLoaded", "targetUtilization", "riskAware")
 REJECTION_KINDS = ("unresolvable", "unschedulable")
 IDENTITY_KINDS = ("name", "address")
 _SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -58,6 +58,20 @@ class NodeIdentity:
 class Scoring:
     strategy: str = "leastLoaded"
     target_utilization: float = 0.6
+    risk_window: float = 600.0  # riskAware: the window of the mean and standard deviation
+    risk_k: float = 1.0  # riskAware: how many standard deviations count as risk
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Signal overrides for the nodes whose labels match `node_selector` (all pairs must match)."""
+
+    name: str
+    node_selector: tuple[tuple[str, str], ...]
+    signals: tuple[Signal, ...]  # the full signal list with this pool's thresholds and weights
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.node_selector)
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,29 @@ class Config:
     rejected_nodes: str = "unresolvable"
     bind_enabled: bool = False
     per_node_metrics: bool = True
+    pools: tuple[Pool, ...] = ()
+
+    def query_for(self, signal: Signal) -> str:
+        """The PromQL actually sent. riskAware adds the window's mean and standard deviation to
+        the current value in the same query (a `loadext_stat` label tells them apart), so it
+        stays one query per signal per refresh."""
+        if self.scoring.strategy != "riskAware":
+            return signal.query
+        window = f"{max(int(self.scoring.risk_window), 1)}s:{max(int(self.refresh_interval), 1)}s"
+        stat = 'label_replace({expr}, "loadext_stat", "{name}", "", "")'
+        return " or ".join(
+            [
+                stat.format(expr=f"({signal.query})", name="current"),
+                stat.format(expr=f"avg_over_time(({signal.query})[{window}])", name="mean"),
+                stat.format(expr=f"stddev_over_time(({signal.query})[{window}])", name="stddev"),
+            ]
+        )
+
+    def pool_for(self, labels: Mapping[str, str] | None) -> Pool | None:
+        """The first pool, in config order, whose selector matches; None: the top-level signals."""
+        if labels is None:
+            return None
+        return next((pool for pool in self.pools if pool.matches(labels)), None)
 
     @cached_property
     def hash(self) -> str:
@@ -344,6 +381,8 @@ def _build(doc: _Section) -> Config:
     scoring = Scoring(
         strategy=scoring_section.get("strategy", _choice(*STRATEGIES), "leastLoaded"),
         target_utilization=scoring_section.get("targetUtilization", _ratio, 0.6),
+        risk_window=scoring_section.get("riskWindow", _positive_duration, 600.0),
+        risk_k=scoring_section.get("riskStdDevs", _weight, 1.0),
     )
     scoring_section.finish()
 
@@ -367,9 +406,69 @@ def _build(doc: _Section) -> Config:
         rejected_nodes=doc.get("rejectedNodes", _choice(*REJECTION_KINDS), "unresolvable"),
         bind_enabled=bind_enabled,
         per_node_metrics=per_node,
+        pools=_pools(doc, signals),
     )
     doc.finish()
     return config
+
+
+def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
+    """`pools: [{name, nodeSelector: {label: value}, signals: [{name, threshold, weight}]}]`."""
+    raw = doc.raw("pools")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        doc.error("pools", "must be a list of {name, nodeSelector, signals}")
+        return ()
+    by_name = {s.name: s for s in signals}
+    pools: list[Pool] = []
+    for index, item in enumerate(raw):
+        entry = _Section(item, f"pools[{index}]", doc.errors, raw.lines[index] if isinstance(raw, _LineList) else None)
+        if not entry.valid:
+            continue
+        name = entry.get("name", _string, "")
+        if not name:
+            entry.error("name", "is required")
+        elif name in {p.name for p in pools}:
+            entry.error("name", f"pool {name!r} is listed twice")
+        selector = entry.raw("nodeSelector")
+        if (
+            not isinstance(selector, dict)
+            or not selector
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items())
+        ):
+            entry.error("nodeSelector", "must be a non-empty map of label: value strings")
+            selector = {}
+        overrides: dict[str, Signal] = {}
+        listed = entry.raw("signals")
+        if not isinstance(listed, list) or not listed:
+            entry.error("signals", "must list at least one {name, threshold, weight} override")
+            listed = []
+        for signal_index, override in enumerate(listed):
+            where = f"pools[{index}].signals[{signal_index}]"
+            line = listed.lines[signal_index] if isinstance(listed, _LineList) else entry.line
+            section = _Section(override, where, doc.errors, line)
+            if not section.valid:
+                continue
+            signal_name = section.get("name", _string, "")
+            base = by_name.get(signal_name)
+            if base is None:
+                section.error("name", f"no signal named {signal_name!r} (signals: {', '.join(by_name)})")
+                section.finish()
+                continue
+            threshold = base.threshold
+            if "threshold" in section.data and section.data["threshold"] is None:
+                threshold = None
+            overrides[signal_name] = Signal(
+                name=signal_name,
+                query=base.query,
+                threshold=section.get("threshold", _ratio, threshold),
+                weight=section.get("weight", _weight, base.weight),
+            )
+            section.finish()
+        entry.finish()
+        pools.append(Pool(name, tuple(sorted(selector.items())), tuple(overrides.get(s.name, s) for s in signals)))
+    return tuple(pools)
 
 
 def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...]:

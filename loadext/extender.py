@@ -16,7 +16,8 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any
 
-from loadext.config import Config
+from loadext.config import Config, Pool
+from loadext.decisions import Decision, DecisionLog
 from loadext.nodes import NodeDirectory, normalise_address
 from loadext.policy import DecisionTable, NodeState, Verdict, build_table
 from loadext.protocol import (
@@ -50,6 +51,7 @@ class Extender:
     cache: SnapshotCache = field(init=False)
     mapping: dict[str, MappingReport] = field(default_factory=dict)
     refreshed_once: bool = False
+    decisions: DecisionLog = field(default_factory=DecisionLog)
     _table: DecisionTable | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -84,16 +86,35 @@ class Extender:
         now = self.clock()
         table = self._table
         snapshot = self.cache.snapshot
+        pools_version = self.directory.labels_version if self.config.pools else 0
         if (
             table is None
             or table.snapshot_version != snapshot.version
             or table.config_hash != self.config.hash
+            or table.pools_version != pools_version
             or now >= table.valid_until
         ):
-            table = build_table(snapshot, self.config, now)
+            table = build_table(snapshot, self.config, now, self._pool_assignment(), pools_version)
             self._table = table
             self.telemetry.degraded.set(1 if table.degraded else 0)
         return table
+
+    def _pool_assignment(self) -> dict[str, Pool]:
+        """identity -> pool, from the labels of the nodes loadext has seen (watch or requests)."""
+        assignment: dict[str, Pool] = {}
+        for name, labels in self.directory.labelled().items():
+            pool = self.config.pool_for(labels)
+            if pool is None:
+                continue
+            if self.config.node_identity.kind == "name":
+                assignment[name] = pool
+            else:
+                assignment.update(dict.fromkeys(self.directory.addresses(name), pool))
+        return assignment
+
+    def pool_of(self, name: str) -> str | None:
+        pool = self.config.pool_for(self.directory.labelled().get(name))
+        return pool.name if pool is not None else None
 
     def identity(self, name: str, addresses: tuple[str, ...], table: DecisionTable) -> str | None:
         """The key of a node's series: its name, or the first of its IPs that has data."""
@@ -105,10 +126,18 @@ class Extender:
                 return ip
         return ips[0] if ips else None
 
-    def verdicts(self, names: list[str], addresses: Mapping[str, tuple[str, ...]] | None = None) -> list[Verdict]:
+    def verdicts(
+        self,
+        names: list[str],
+        addresses: Mapping[str, tuple[str, ...]] | None = None,
+        labels: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> list[Verdict]:
         """One verdict per name, in order: dictionary lookups in the precomputed table."""
-        table = self.table()
+        if labels:
+            for name, node_labels in labels.items():
+                self.directory.set_labels(name, node_labels)
         self.directory.observe(names, addresses)
+        table = self.table()
         if self.config.node_identity.kind == "name":
             return list(map(table.by_identity.__getitem__, names))
         given = addresses or {}
@@ -120,8 +149,19 @@ class Extender:
             for signal, cause in causes.get(reason, ()):
                 self.telemetry.rejection_counter(signal, cause).inc(nodes)
 
+    def _remember(self, verb: str, args: ExtenderArgs, verdicts: list[Verdict]) -> None:
+        if args.pod is None or not args.pod.name:
+            return
+        identities = None
+        if self.config.node_identity.kind != "name":
+            table = self.table()
+            identities = [self.identity(n, args.addresses.get(n, ()), table) for n in args.names]
+        decision = Decision(verb, self.clock(), args.names, identities, verdicts, self.cache.snapshot, self.config)
+        self.decisions.record(args.pod.key, decision)
+
     def filter(self, args: ExtenderArgs) -> bytes:
-        verdicts = self.verdicts(args.names, args.addresses)
+        verdicts = self.verdicts(args.names, args.addresses, args.labels)
+        self._remember("filter", args, verdicts)
         if args.pod is not None and args.pod.is_daemonset:
             passed = list(range(len(args.names)))
             rejected: dict[str, str] = {}
@@ -142,7 +182,9 @@ class Extender:
         )
 
     def prioritize(self, args: ExtenderArgs) -> bytes:
-        scores = [verdict.score for verdict in self.verdicts(args.names, args.addresses)]
+        verdicts = self.verdicts(args.names, args.addresses, args.labels)
+        self._remember("prioritize", args, verdicts)
+        scores = [verdict.score for verdict in verdicts]
         for score, count in Tally(scores).items():
             self.telemetry.score_counters[score].inc(count)
         if scores and self.config.per_node_metrics:
@@ -172,7 +214,7 @@ class Extender:
         for name in sorted(names):
             identity = self.identity(name, (), table)
             samples = snapshot.by_identity.get(identity, {}) if identity else {}
-            states.append(NodeState(name, identity, samples, table.verdict(identity)))
+            states.append(NodeState(name, identity, samples, table.verdict(identity), self.pool_of(name)))
         return states
 
     def update_mapping(self) -> None:
@@ -207,6 +249,41 @@ class Extender:
             self.telemetry.unmatched_series.labels(signal.name).set(len(report.unmatched_series))
         self.mapping = reports
 
+    def explain_pod(self, pod: str) -> dict[str, Any] | None:
+        """The last filter and prioritize decisions for NAMESPACE/NAME, node by node: the values
+        and their age at decision time, the thresholds that applied (and the pool they came
+        from), the verdict, the score and the reason."""
+        decisions = self.decisions.get(pod)
+        if decisions is None:
+            return None
+        out: dict[str, Any] = {"pod": pod}
+        for verb, decision in decisions.items():
+            rows = []
+            for i, (name, verdict) in enumerate(zip(decision.names, decision.verdicts, strict=True)):
+                identity = decision.identities[i] if decision.identities is not None else name
+                samples = decision.snapshot.by_identity.get(identity, {}) if identity else {}
+                pool = decision.config.pool_for(self.directory.labelled().get(name))
+                thresholds = {s.name: s.threshold for s in (pool.signals if pool else decision.config.signals)}
+                rows.append(
+                    {
+                        "node": name,
+                        "pool": pool.name if pool else None,
+                        "signals": {
+                            s: {
+                                "value": round(v.value, 4),
+                                "age": round(decision.time - v.timestamp, 1),
+                                "threshold": thresholds.get(s),
+                            }
+                            for s, v in samples.items()
+                        },
+                        "verdict": "pass" if verdict.passed else "reject",
+                        "score": verdict.score,
+                        "reason": verdict.reason,
+                    }
+                )
+            out[verb] = {"time": decision.time, "configHash": decision.config.hash, "nodes": rows}
+        return out
+
     def explain(self) -> dict[str, Any]:
         """Everything behind the current decisions, node by node: the "why not this node" view."""
         table = self.table()
@@ -220,6 +297,7 @@ class Extender:
                     s: {"value": round(v.value, 4), "age": round(now - v.timestamp, 1)}
                     for s, v in state.samples.items()
                 },
+                "pool": state.pool,
                 "verdict": "pass" if state.verdict.passed else "reject",
                 "score": state.verdict.score,
                 "reason": state.verdict.reason,

@@ -54,6 +54,8 @@ class NodeDirectory:
         self._watched: dict[str, tuple[str, ...]] = {}
         self._by_ip: dict[str, str] | None = None
         self._pending: deque[tuple[float, list[str]]] = deque(maxlen=4096)
+        self._labels: dict[str, Mapping[str, str]] = {}
+        self.labels_version = 0  # bumps when any node's labels change: pool assignment is stale
 
     def _fold(self) -> None:
         while self._pending:
@@ -73,13 +75,26 @@ class NodeDirectory:
                 self._seen_ips[name] = _normalised(raw)
                 self._by_ip = None
 
-    def upsert(self, name: str, addresses: Iterable[str]) -> None:
+    def upsert(self, name: str, addresses: Iterable[str], labels: Mapping[str, str] | None = None) -> None:
         """A Node added or changed, from the API watch."""
         self._watched[name] = _normalised(addresses)
         self._by_ip = None
+        if labels is not None:
+            self.set_labels(name, labels)
+
+    def set_labels(self, name: str, labels: Mapping[str, str]) -> None:
+        if self._labels.get(name) != labels:
+            self._labels[name] = dict(labels)
+            self.labels_version += 1
+
+    def labelled(self) -> Mapping[str, Mapping[str, str]]:
+        """Node name -> labels, for the nodes whose labels loadext has seen."""
+        return self._labels
 
     def delete(self, name: str) -> None:
         self._watched.pop(name, None)
+        if self._labels.pop(name, None) is not None:
+            self.labels_version += 1
         self._forget(name)
 
     def _forget(self, name: str) -> None:
@@ -88,10 +103,14 @@ class NodeDirectory:
         if self._seen_ips.pop(name, None):
             self._by_ip = None
 
-    def replace_all(self, nodes: Mapping[str, Iterable[str]]) -> None:
+    def replace_all(
+        self, nodes: Mapping[str, Iterable[str]], labels: Mapping[str, Mapping[str, str]] | None = None
+    ) -> None:
         """A fresh list from the API (after a watch restart) replaces what the watch knew."""
         self._watched = {name: _normalised(addresses) for name, addresses in nodes.items()}
         self._by_ip = None
+        for name, node_labels in (labels or {}).items():
+            self.set_labels(name, node_labels)
 
     def names(self) -> set[str]:
         self._fold()

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from loadext.config import Config
+from loadext.config import Config, Pool
 from loadext.protocol import clamp_score
 from loadext.snapshot import Sample, Snapshot
 from loadext.strategies import NEUTRAL, combine, strategy_for
@@ -35,6 +35,7 @@ class NodeState:
     identity: str | None
     samples: Mapping[str, Sample]
     verdict: Verdict
+    pool: str | None = None  # the pool whose overrides applied; None: the top-level signals
 
 
 class VerdictMap(dict[str, Verdict]):
@@ -57,6 +58,7 @@ class DecisionTable:
     snapshot_version: int
     config_hash: str
     causes: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # reason -> rejected_by
+    pools_version: int = 0  # which node-label state the pool assignment came from
 
     @property
     def no_data(self) -> Verdict:
@@ -71,13 +73,14 @@ def is_degraded(snapshot: Snapshot, config: Config, now: float) -> bool:
     return not any(now - t < config.max_data_age for t in snapshot.last_success.values())
 
 
-def judge(samples: Mapping[str, Sample], config: Config, now: float) -> Verdict:
-    """One node: reject if any thresholded signal is above it, else score by the strategy."""
+def judge(samples: Mapping[str, Sample], config: Config, now: float, pool: Pool | None = None) -> Verdict:
+    """One node: reject if any thresholded signal is above it, else score by the strategy.
+    A node in a pool is judged by that pool's thresholds and weights."""
     strategy = strategy_for(config.scoring)
     over: list[str] = []
     rejected_by: list[tuple[str, str]] = []
     parts: list[tuple[float, float]] = []
-    for signal in config.signals:
+    for signal in pool.signals if pool is not None else config.signals:
         sample = samples.get(signal.name)
         fresh = sample is not None and now - sample.timestamp < config.max_data_age
         if not fresh or sample is None:
@@ -89,7 +92,7 @@ def judge(samples: Mapping[str, Sample], config: Config, now: float) -> Verdict:
         if signal.threshold is not None and sample.value > signal.threshold:
             over.append(f"{signal.name} above {_percent(signal.threshold)}")
             rejected_by.append((signal.name, "threshold"))
-        parts.append((signal.weight, strategy(sample.value)))
+        parts.append((signal.weight, strategy(sample)))
     if over:
         return Verdict(False, 0, "loadext: " + ", ".join(over), tuple(rejected_by))
     return Verdict(True, clamp_score(combine(parts)), "")
@@ -110,15 +113,21 @@ def degraded_verdict(config: Config) -> Verdict:
     return Verdict(True, NEUTRAL_SCORE, "")
 
 
-def build_table(snapshot: Snapshot, config: Config, now: float) -> DecisionTable:
+def build_table(
+    snapshot: Snapshot, config: Config, now: float, pools: Mapping[str, Pool] | None = None, pools_version: int = 0
+) -> DecisionTable:
+    """`pools`: identity -> the pool its node belongs to (nodes in no pool are absent)."""
+    pools = pools or {}
     if is_degraded(snapshot, config, now):
         verdict = degraded_verdict(config)
         # The next successful refresh publishes a new snapshot, which rebuilds the table anyway.
-        return DecisionTable(VerdictMap({}, verdict), True, math.inf, snapshot.version, config.hash, _causes([verdict]))
+        return DecisionTable(
+            VerdictMap({}, verdict), True, math.inf, snapshot.version, config.hash, _causes([verdict]), pools_version
+        )
     expiries = [t + config.max_data_age for t in snapshot.last_success.values()]
     by_identity: dict[str, Verdict] = {}
     for identity, samples in snapshot.by_identity.items():
-        by_identity[identity] = judge(samples, config, now)
+        by_identity[identity] = judge(samples, config, now, pools.get(identity))
         expiries.extend(
             s.timestamp + config.max_data_age for s in samples.values() if s.timestamp + config.max_data_age > now
         )
@@ -130,6 +139,7 @@ def build_table(snapshot: Snapshot, config: Config, now: float) -> DecisionTable
         snapshot_version=snapshot.version,
         config_hash=config.hash,
         causes=_causes([no_data, *by_identity.values()]),
+        pools_version=pools_version,
     )
 
 

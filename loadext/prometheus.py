@@ -38,6 +38,8 @@ class QueryError(Exception):
 class QueryResult:
     values: dict[str, float]  # identity -> ratio clamped to 0..1
     timestamp: float
+    means: dict[str, float] = field(default_factory=dict)  # riskAware statistics, by identity
+    stddevs: dict[str, float] = field(default_factory=dict)
     invalid: int = 0  # NaN/Inf samples dropped
     unlabelled: int = 0  # series without a usable identity label value
     warnings: list[str] = field(default_factory=list)
@@ -139,10 +141,11 @@ def parse_vector(result: Any, identity_label: str, identity_kind: str) -> QueryR
     """Turn a vector result into identity -> ratio; NaN/Inf dropped, ratios clamped to 0..1.
 
     Two series for one node (say, two scrape jobs) keep the higher value: the safe side.
+    Series labelled loadext_stat="mean"/"stddev" (riskAware queries) are kept apart.
     """
     if not isinstance(result, list):
         raise QueryError("result_type", f"expected an instant vector, got {type(result).__name__}")
-    values: dict[str, float] = {}
+    by_stat: dict[str, dict[str, float]] = {"current": {}, "mean": {}, "stddev": {}}
     invalid = unlabelled = 0
     newest = 0.0
     for item in result:
@@ -159,6 +162,7 @@ def parse_vector(result: Any, identity_label: str, identity_kind: str) -> QueryR
             unlabelled += 1
             continue
         newest = max(newest, stamp)
+        stat = by_stat.get(str(metric.get("loadext_stat", "current")), by_stat["current"])
         clamped = min(1.0, max(0.0, value))
-        values[key] = max(clamped, values.get(key, 0.0))
-    return QueryResult(values, newest, invalid, unlabelled)
+        stat[key] = max(clamped, stat.get(key, 0.0))
+    return QueryResult(by_stat["current"], newest, by_stat["mean"], by_stat["stddev"], invalid, unlabelled)

@@ -51,6 +51,7 @@ class ExtenderArgs:
     names: list[str]
     full_nodes: list[msgspec.Raw] | None = None
     addresses: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,7 @@ class _NodeStatus(msgspec.Struct):
 
 class _NodeName(msgspec.Struct):
     name: NonEmpty
+    labels: dict[str, str] | None = None
 
 
 class _Node(msgspec.Struct):
@@ -195,8 +197,9 @@ def _leading_name(raw: msgspec.Raw) -> str | None:
     return head[start:end].decode()
 
 
-def decode_extender_args(body: bytes, with_addresses: bool = False) -> ExtenderArgs:
-    """`with_addresses`: also read each full Node's IPs (address identities need them)."""
+def decode_extender_args(body: bytes, node_details: bool = False) -> ExtenderArgs:
+    """`node_details`: also read each full Node's IPs and labels (address identities and pools
+    need them); otherwise only names are read."""
     top = _top(body)
     pod = _pod(field_raw(top, "Pod"))
     listed: list[str] | None = _decode(_NAMES, field_raw(top, "NodeNames"), "NodeNames")
@@ -208,20 +211,21 @@ def decode_extender_args(body: bytes, with_addresses: bool = False) -> ExtenderA
     if node_list is None or node_list.items is None:
         return ExtenderArgs(pod, [], None if node_list is None else [])
     names: list[str] = []
-    raws, addresses, seen = [], {}, set()
+    raws, addresses, labels, seen = [], {}, {}, set()
     for i, raw in enumerate(node_list.items):
-        name = None if with_addresses else _leading_name(raw)
+        name = None if node_details else _leading_name(raw)
         if name is None:
             node = _decode(_NODE, raw, f"Nodes.items[{i}]")
             name = node.metadata.name
-            if with_addresses:
+            if node_details:
                 addresses[name] = _addresses(node.status)
+                labels[name] = node.metadata.labels or {}
         if name in seen:
             continue
         seen.add(name)
         names.append(name)
         raws.append(raw)
-    return ExtenderArgs(pod, names, raws, addresses)
+    return ExtenderArgs(pod, names, raws, addresses, labels)
 
 
 class _MetaPod(msgspec.Struct):

@@ -41,10 +41,10 @@ class Refresher:
     async def refresh_once(self) -> None:
         config = self.extender.config
         source = self._current_source()
-        results = await asyncio.gather(*(self._query(source, s.name, s.query) for s in config.signals))
+        results = await asyncio.gather(*(self._query(source, s.name, config.query_for(s)) for s in config.signals))
         for signal, result in zip(config.signals, results, strict=True):
             if result is not None:
-                self.extender.cache.store(signal.name, result.values, result.timestamp)
+                self.extender.cache.store(signal.name, result.values, result.timestamp, result.means, result.stddevs)
         snapshot = self.extender.cache.rebuild()
         self.extender.update_mapping()
         telemetry = self.extender.telemetry

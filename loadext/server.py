@@ -114,7 +114,8 @@ def create_app(runtime: Runtime, path_prefix: str = "/", max_body_size: int = DE
     prefix = normalise_prefix(path_prefix)
 
     def extender_args(body: bytes) -> ExtenderArgs:
-        return decode_extender_args(body, with_addresses=extender.config.node_identity.kind == "address")
+        config = extender.config
+        return decode_extender_args(body, node_details=config.node_identity.kind == "address" or bool(config.pools))
 
     async def do_filter(body: bytes) -> bytes:
         return extender.filter(extender_args(body))
@@ -145,6 +146,13 @@ def create_app(runtime: Runtime, path_prefix: str = "/", max_body_size: int = DE
         return web.Response(status=503, text="waiting for the first refresh\n")
 
     async def explain(request: web.Request) -> web.Response:
+        pod = request.query.get("pod")
+        if pod is not None:
+            decision = extender.explain_pod(pod)
+            if decision is None:
+                message = f"no recent decision for pod {pod!r} (NAMESPACE/NAME; the last 256 pods are kept)"
+                return web.Response(status=404, body=orjson.dumps({"error": message}), content_type=JSON)
+            return web.Response(body=orjson.dumps(decision, option=orjson.OPT_INDENT_2), content_type=JSON)
         report = extender.explain()
         node = request.query.get("node")
         if node:
@@ -203,14 +211,17 @@ def _watch_nodes(runtime: Runtime) -> kube.ListWatch | None:
     directory = runtime.extender.directory
 
     def on_list(nodes: list[Any]) -> None:
-        listed = {node.metadata.name: kube.node_addresses(node) for node in nodes}
-        loop.call_soon_threadsafe(directory.replace_all, listed)
+        addresses = {node.metadata.name: kube.node_addresses(node) for node in nodes}
+        labels = {node.metadata.name: node.metadata.labels or {} for node in nodes}
+        loop.call_soon_threadsafe(directory.replace_all, addresses, labels)
 
     def on_event(kind: str, node: Any) -> None:
         if kind == "DELETED":
             loop.call_soon_threadsafe(directory.delete, node.metadata.name)
         else:
-            loop.call_soon_threadsafe(directory.upsert, node.metadata.name, kube.node_addresses(node))
+            loop.call_soon_threadsafe(
+                directory.upsert, node.metadata.name, kube.node_addresses(node), node.metadata.labels or {}
+            )
 
     return kube.ListWatch(runtime.kube_api.list_node, on_list, on_event).start()
 

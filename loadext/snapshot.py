@@ -19,6 +19,8 @@ from cachetools import TTLCache
 class Sample:
     value: float  # 0..1
     timestamp: float  # wall-clock seconds at which Prometheus evaluated it
+    mean: float | None = None  # riskAware: mean over the risk window
+    stddev: float | None = None  # riskAware: standard deviation over the risk window
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,21 @@ class SnapshotCache:
                 self._cache[key] = sample
         self.rebuild()
 
-    def store(self, signal: str, values: Mapping[str, float], timestamp: float) -> None:
+    def store(
+        self,
+        signal: str,
+        values: Mapping[str, float],
+        timestamp: float,
+        means: Mapping[str, float] | None = None,
+        stddevs: Mapping[str, float] | None = None,
+    ) -> None:
         """A successful query: its result replaces the signal's values (absent series are gone)."""
         self._cache.expire()
         for key in [k for k in self._cache if k[0] == signal]:
             del self._cache[key]
+        means, stddevs = means or {}, stddevs or {}
         for identity, value in values.items():
-            self._cache[(signal, identity)] = Sample(value, timestamp)
+            self._cache[(signal, identity)] = Sample(value, timestamp, means.get(identity), stddevs.get(identity))
         self._last_success[signal] = timestamp
 
     def forget_signals_except(self, signals: set[str]) -> None:

@@ -91,6 +91,18 @@ def test_serve_answers_the_scheduler_and_stops_cleanly_on_sigterm(
         assert get(url + "/healthz")[0] == 200
         status, body = get(url + "/explain?node=ceph2")
         assert status == 200 and json.loads(body)["nodes"][0]["reason"] == "loadext: cpu above 80%"
+        why = subprocess.run(
+            [sys.executable, "-m", "loadext", "explain", "--url", url, "--pod", "analytics/ingest-0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert why.returncode == 0, why.stderr
+        lines = why.stdout.splitlines()
+        assert lines[0].startswith("filter for analytics/ingest-0")
+        assert lines[1].split() == ["NODE", "CPU", "MEMORY", "POOL", "VERDICT", "SCORE", "REASON"]
+        ceph2 = next(line for line in lines if line.startswith("ceph2"))
+        assert ceph2.split()[1] == "95%/80%" and "reject" in ceph2 and ceph2.endswith("loadext: cpu above 80%")
     finally:
         proc.send_signal(signal.SIGTERM)
         output = proc.communicate(timeout=20)[0].decode()

@@ -84,7 +84,7 @@ scoring: {strategy: mostFree}
         "next refresh can renew it",
         "line 9: signals[0].treshold: unknown key (known keys here: name, query, threshold, weight)",
         "line 12: signals[1].threshold: must be a ratio in (0, 1], got 1.5",
-        "line 14: scoring.strategy: must be one of leastLoaded, targetUtilization; got 'mostFree'",
+        "line 14: scoring.strategy: must be one of leastLoaded, targetUtilization, riskAware; got 'mostFree'",
         "line 13: missingData: must be one of pass, reject; got 'maybe'",
     ]
 

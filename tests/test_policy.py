@@ -10,7 +10,7 @@ import pytest
 from loadext.config import Config, parse_config
 from loadext.policy import build_table, judge
 from loadext.snapshot import Sample, Snapshot
-from loadext.strategies import least_loaded, target_utilization
+from loadext.strategies import least_loaded, risk_aware, target_utilization
 
 NOW = 1_000_000.0
 
@@ -49,15 +49,27 @@ def test_least_loaded_weights() -> None:
 
 
 def test_target_utilization_curve() -> None:
-    f = target_utilization(0.6)
+    curve = target_utilization(0.6)
+
+    def f(u: float) -> float:
+        return curve(Sample(u, NOW))
+
     assert f(0.6) == pytest.approx(1.0)
     assert f(0.0) == pytest.approx(0.6)
     assert f(1.0) == pytest.approx(0.0)
     assert f(0.3) < f(0.5) < f(0.6) > f(0.7) > f(0.9)
-    assert least_loaded(0.25) == 0.75
+    assert least_loaded(Sample(0.25, NOW)) == 0.75
     strategy = config("scoring: {strategy: targetUtilization, targetUtilization: 0.5}")
     near, idle = judge(samples(0.5, 0.5), strategy, NOW), judge(samples(0.05, 0.05), strategy, NOW)
     assert near.score == 10 and idle.score < near.score
+
+
+def test_risk_aware_prefers_the_steadier_of_equal_means() -> None:
+    risk = risk_aware(1.0)
+    steady, noisy = Sample(0.5, NOW, mean=0.5, stddev=0.02), Sample(0.5, NOW, mean=0.5, stddev=0.3)
+    assert risk(steady) == pytest.approx(0.48) and risk(noisy) == pytest.approx(0.2)
+    assert risk(Sample(0.3, NOW)) == pytest.approx(0.7)  # no window statistics: the current value
+    assert risk(Sample(0.5, NOW, mean=0.9, stddev=0.3)) == 0.0  # risk caps at 1
 
 
 def test_missing_data_pass_is_neutral_and_reject_rejects() -> None:

@@ -21,8 +21,10 @@ from harness.kubernetes import ROOT
 from tests.e2e.conftest import CASE_LABEL, E2E_NAMESPACE, Cluster, e2e_config, render
 
 
-def make_node(core: Any, name: str, case: str, cpu: str = "8", memory: str = "32Gi", ip: str = "") -> None:
-    labels = {CASE_LABEL: case, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+def make_node(
+    core: Any, name: str, case: str, cpu: str = "8", memory: str = "32Gi", ip: str = "", **extra_labels: str
+) -> None:
+    labels = {CASE_LABEL: case, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **extra_labels}
     core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels=labels)))
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     resources = {"cpu": cpu, "memory": memory, "pods": "110"}
@@ -351,6 +353,30 @@ def test_address_identity_through_the_node_watch(cluster: Cluster, exporter: Exp
         for i in range(2):
             make_pod(cluster.core, f"{slug}-{i}", slug, "loadext-scheduler")  # cache mode: names only
             assert scheduled_node(cluster.core, f"{slug}-{i}") == cool
+    finally:
+        cluster.loadext.set_config(e2e_config(cluster.proxy.url))
+
+
+def test_pool_overrides_by_node_label(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    batch, web = f"{slug}-batch", f"{slug}-web"
+    make_node(cluster.core, batch, slug, pool="batch")
+    make_node(cluster.core, web, slug, cpu="64", memory="256Gi")  # request-based scoring would pick this one
+    loads = {batch: (0.85, 0.3), web: (0.85, 0.3)}
+    set_load(exporter, loads)
+    pooled = e2e_config(
+        cluster.proxy.url,
+        pools=[{"name": "batch", "nodeSelector": {"pool": "batch"}, "signals": [{"name": "cpu", "threshold": 0.9}]}],
+    )
+    try:
+        cluster.loadext.set_config(pooled)
+        wait_loadext_sees(cluster, loads)
+        for i in range(2):
+            make_pod(cluster.core, f"{slug}-{i}", slug, "loadext-scheduler")
+            assert scheduled_node(cluster.core, f"{slug}-{i}") == batch  # 85 % is fine in the batch pool
+        make_pod(cluster.core, f"{slug}-web-only", slug, "loadext-scheduler", node=web)
+        assert "loadext: cpu above 80%" in unschedulable_message(cluster.core, f"{slug}-web-only")
+        rows = {r["node"]: r for r in cluster.loadext.get_json("/explain")["nodes"]}
+        assert rows[batch]["pool"] == "batch" and rows[web]["pool"] is None
     finally:
         cluster.loadext.set_config(e2e_config(cluster.proxy.url))
 
