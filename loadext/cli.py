@@ -165,7 +165,7 @@ def _serve(args: argparse.Namespace) -> int:
         with open(args.config, encoding="utf-8") as handle:
             text = handle.read()
     config = parse_config(text, source=source)
-    if config.bind_enabled and api is None:
+    if (config.bind_enabled or config.herd_guard.enabled) and api is None:
         api = kube.api_client(None)
     telemetry = Telemetry()
     telemetry.config_reloads.labels("success").inc()
@@ -184,7 +184,8 @@ def _serve(args: argparse.Namespace) -> int:
         configmap=configmap,
         reloader=reloader,
         kube_api=api,
-        watch_nodes=args.watch_nodes,
+        # The herd guard needs Node allocatable: with it on at start, watch Nodes as well.
+        watch_nodes=args.watch_nodes or config.herd_guard.enabled,
     )
     app = create_app(runtime, args.path_prefix, args.max_body_size)
     host, port = args.listen

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar
@@ -63,6 +63,30 @@ class Scoring:
 
 
 @dataclass(frozen=True)
+class HerdGuard:
+    """Count recent placements until metrics show them; see herd.py for the estimate rule."""
+
+    enabled: bool = False
+    window: float = 0.0  # seconds; 0 = derived from the signals' rate windows (see derive_window)
+    cpu_limit_factor: float = 0.85
+    memory_limit_factor: float = 0.7
+    best_effort_cpu: float = 0.25  # cores
+    best_effort_memory: float = 200.0 * 1024 * 1024  # bytes
+    burst_cap: int = 0  # most placements per node per window; 0 = no cap
+
+
+_RANGE = re.compile(r"\[(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)(?::[^\]]*)?\]")
+_PROMQL_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def derive_window(queries: Iterable[str], refresh_interval: float) -> float:
+    """The longest range in the signals' PromQL (the rate window: how long until a new pod's
+    usage is fully visible), plus a refresh and a scrape; 5 minutes if no query has a range."""
+    ranges = [float(n) * _PROMQL_UNITS[unit] for query in queries for n, unit in _RANGE.findall(query)]
+    return max(ranges, default=300.0) + refresh_interval + 30.0
+
+
+@dataclass(frozen=True)
 class Pool:
     """Signal overrides for the nodes whose labels match `node_selector` (all pairs must match)."""
 
@@ -89,6 +113,7 @@ class Config:
     bind_enabled: bool = False
     per_node_metrics: bool = True
     pools: tuple[Pool, ...] = ()
+    herd_guard: HerdGuard = field(default_factory=HerdGuard)
 
     def query_for(self, signal: Signal) -> str:
         """The PromQL actually sent. riskAware adds the window's mean and standard deviation to
@@ -407,9 +432,42 @@ def _build(doc: _Section) -> Config:
         bind_enabled=bind_enabled,
         per_node_metrics=per_node,
         pools=_pools(doc, signals),
+        herd_guard=_herd_guard(doc, signals, refresh),
     )
     doc.finish()
     return config
+
+
+def _quantity(value: Any) -> float:
+    from loadext.herd import quantity
+
+    parsed = quantity(value)
+    if parsed is None or parsed < 0:
+        raise ValueError(f"must be a Kubernetes quantity such as 250m or 200Mi, got {value!r}")
+    return parsed
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def _herd_guard(doc: _Section, signals: tuple[Signal, ...], refresh: float) -> HerdGuard:
+    section = doc.section("herdGuard")
+    best_effort = section.section("bestEffort")
+    guard = HerdGuard(
+        enabled=section.get("enabled", _boolean, False),
+        window=section.get("window", _positive_duration, derive_window((s.query for s in signals), refresh)),
+        cpu_limit_factor=section.get("cpuLimitFactor", _ratio, 0.85),
+        memory_limit_factor=section.get("memoryLimitFactor", _ratio, 0.7),
+        best_effort_cpu=best_effort.get("cpu", _quantity, 0.25),
+        best_effort_memory=best_effort.get("memory", _quantity, 200.0 * 1024 * 1024),
+        burst_cap=section.get("burstCap", _count, 0),
+    )
+    best_effort.finish()
+    section.finish()
+    return guard
 
 
 def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:

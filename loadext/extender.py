@@ -16,12 +16,16 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any
 
+from cachetools import LRUCache
+
 from loadext.config import Config, Pool
 from loadext.decisions import Decision, DecisionLog
+from loadext.herd import RESOURCES, BoundPod, EstimateRule, InFlight, Placement, Usage, allocatable, pod_estimate
 from loadext.nodes import NodeDirectory, normalise_address
-from loadext.policy import DecisionTable, NodeState, Verdict, build_table
+from loadext.policy import DecisionTable, NodeState, Verdict, build_table, burst_verdict, judge, with_extra_load
 from loadext.protocol import (
     ExtenderArgs,
+    PodRef,
     PreemptionArgs,
     encode_filter_result,
     encode_host_priority_list,
@@ -52,10 +56,13 @@ class Extender:
     mapping: dict[str, MappingReport] = field(default_factory=dict)
     refreshed_once: bool = False
     decisions: DecisionLog = field(default_factory=DecisionLog)
+    inflight: InFlight = field(init=False)
+    _estimates: LRUCache[str, Usage] = field(default_factory=lambda: LRUCache(maxsize=4096), init=False)
     _table: DecisionTable | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.cache = SnapshotCache(self.config.max_data_age, clock=self.clock)
+        self.inflight = InFlight(self.config.herd_guard.window)
         self._config_applied()
 
     # --- config ---------------------------------------------------------------------------
@@ -63,6 +70,7 @@ class Extender:
     def apply_config(self, config: Config) -> None:
         """Swap in a validated config; the next request decides with it."""
         self.config = config
+        self.inflight.window = config.herd_guard.window
         self.cache.set_max_age(config.max_data_age)
         self.cache.forget_signals_except({s.name for s in config.signals})
         self.cache.rebuild()
@@ -126,27 +134,91 @@ class Extender:
                 return ip
         return ips[0] if ips else None
 
-    def verdicts(
-        self,
-        names: list[str],
-        addresses: Mapping[str, tuple[str, ...]] | None = None,
-        labels: Mapping[str, Mapping[str, str]] | None = None,
-    ) -> list[Verdict]:
-        """One verdict per name, in order: dictionary lookups in the precomputed table."""
-        if labels:
-            for name, node_labels in labels.items():
+    def verdicts(self, names: list[str], args: ExtenderArgs | None = None) -> list[Verdict]:
+        """One verdict per name, in order: lookups in the precomputed table, then, with the herd
+        guard on, the correction for recent placements and the incoming pod."""
+        addresses = args.addresses if args is not None else {}
+        if args is not None:
+            for name, node_labels in args.labels.items():
                 self.directory.set_labels(name, node_labels)
+            for name, quantities in args.allocatable.items():
+                self.directory.set_allocatable(name, allocatable(quantities))
         self.directory.observe(names, addresses)
         table = self.table()
         if self.config.node_identity.kind == "name":
-            return list(map(table.by_identity.__getitem__, names))
-        given = addresses or {}
-        return [table.verdict(self.identity(name, given.get(name, ()), table)) for name in names]
+            measured = list(map(table.by_identity.__getitem__, names))
+        else:
+            measured = [table.verdict(self.identity(name, addresses.get(name, ()), table)) for name in names]
+        if not self.config.herd_guard.enabled or table.degraded:
+            return measured
+        incoming = Usage()
+        if args is not None and args.pod is not None:
+            incoming = self._estimates[args.pod.uid] = self.estimate(args.pod)
+        return self._guarded(names, measured, addresses, table, incoming)
 
-    def _count_rejections(self, reasons: Iterable[str]) -> None:
+    def estimate(self, pod: PodRef | BoundPod) -> Usage:
+        guard = self.config.herd_guard
+        rule = EstimateRule(
+            guard.cpu_limit_factor, guard.memory_limit_factor, Usage(guard.best_effort_cpu, guard.best_effort_memory)
+        )
+        return pod_estimate(pod.containers, pod.init_containers, pod.overhead, rule)
+
+    def record_placement(self, uid: str, node: str, placed_at: float, usage: Usage) -> None:
+        self.inflight.place(uid, Placement(node, placed_at, usage), self.clock())
+
+    def record_bound_pod(self, pod: BoundPod) -> None:
+        """A pod from the pod watch: counted while recent, forgotten once finished or deleted."""
+        if pod.finished:
+            self.inflight.remove(pod.uid)
+        else:
+            self.record_placement(pod.uid, pod.node, pod.placed_at, self.estimate(pod))
+
+    def replace_bound_pods(self, pods: list[BoundPod]) -> None:
+        placements = {p.uid: Placement(p.node, p.placed_at, self.estimate(p)) for p in pods if not p.finished}
+        self.inflight.replace_all(placements, self.clock())
+
+    def record_binding(self, uid: str, node: str) -> None:
+        """loadext bound the pod itself: count it now, before the watch reports it."""
+        usage = self._estimates.get(uid)
+        if usage is not None and self.config.herd_guard.enabled:
+            self.record_placement(uid, node, self.clock(), usage)
+
+    def _guarded(
+        self,
+        names: list[str],
+        measured: list[Verdict],
+        addresses: Mapping[str, tuple[str, ...]],
+        table: DecisionTable,
+        incoming: Usage,
+    ) -> list[Verdict]:
+        now, guard = self.clock(), self.config.herd_guard
+        in_flight = self.inflight.per_node(now)
+        snapshot = self.cache.snapshot
+        out = []
+        for name, verdict in zip(names, measured, strict=True):
+            usage, placements = in_flight.get(name, (Usage(), 0))
+            if guard.burst_cap and placements >= guard.burst_cap:
+                out.append(burst_verdict(placements, guard.window))
+                continue
+            capacity = self.directory.allocatable(name)
+            extra = usage + incoming
+            identity = self.identity(name, addresses.get(name, ()), table)
+            samples = snapshot.by_identity.get(identity) if identity else None
+            if not capacity or not samples or (extra.cpu == 0 and extra.memory == 0):
+                out.append(verdict)  # nothing to add, or nothing to add it to
+                continue
+            ratios = {r: extra.get(r) / capacity[r] for r in RESOURCES if capacity.get(r)}
+            pool = table.pools.get(identity) if identity else None
+            out.append(judge(with_extra_load(samples, ratios), self.config, now, pool))
+        return out
+
+    def _count_rejections(self, reasons: Iterable[str], verdicts: Iterable[Verdict] = ()) -> None:
         causes = self.table().causes
         for reason, nodes in Tally(reasons).items():
-            for signal, cause in causes.get(reason, ()):
+            pairs = causes.get(reason)
+            if pairs is None:  # a reason made per request (herd guard): read it off its verdict
+                pairs = next((v.rejected_by for v in verdicts if v.reason == reason), ())
+            for signal, cause in pairs:
                 self.telemetry.rejection_counter(signal, cause).inc(nodes)
 
     def _remember(self, verb: str, args: ExtenderArgs, verdicts: list[Verdict]) -> None:
@@ -160,7 +232,7 @@ class Extender:
         self.decisions.record(args.pod.key, decision)
 
     def filter(self, args: ExtenderArgs) -> bytes:
-        verdicts = self.verdicts(args.names, args.addresses, args.labels)
+        verdicts = self.verdicts(args.names, args)
         self._remember("filter", args, verdicts)
         if args.pod is not None and args.pod.is_daemonset:
             passed = list(range(len(args.names)))
@@ -170,7 +242,7 @@ class Extender:
             passed = list(compress(range(len(flags)), flags))
             rejected = {name: v.reason for name, v, ok in zip(args.names, verdicts, flags, strict=True) if not ok}
             if rejected:
-                self._count_rejections(rejected.values())
+                self._count_rejections(rejected.values(), verdicts)
         self.telemetry.passed_nodes.inc(len(passed))
         if rejected:
             self.telemetry.rejected_nodes.inc(len(rejected))
@@ -182,7 +254,7 @@ class Extender:
         )
 
     def prioritize(self, args: ExtenderArgs) -> bytes:
-        verdicts = self.verdicts(args.names, args.addresses, args.labels)
+        verdicts = self.verdicts(args.names, args)
         self._remember("prioritize", args, verdicts)
         scores = [verdict.score for verdict in verdicts]
         for score, count in Tally(scores).items():
@@ -197,7 +269,7 @@ class Extender:
             return encode_preemption_result(args.victims)
         names = list(args.victims)
         verdicts = self.verdicts(names)
-        self._count_rejections(v.reason for v in verdicts if not v.passed)
+        self._count_rejections((v.reason for v in verdicts if not v.passed), verdicts)
         return encode_preemption_result(
             {name: args.victims[name] for name, verdict in zip(names, verdicts, strict=True) if verdict.passed}
         )
@@ -289,6 +361,7 @@ class Extender:
         table = self.table()
         now = self.clock()
         snapshot = self.cache.snapshot
+        in_flight = self.inflight.per_node(now)
         rows = [
             {
                 "node": state.node,
@@ -298,6 +371,7 @@ class Extender:
                     for s, v in state.samples.items()
                 },
                 "pool": state.pool,
+                "inFlight": _in_flight_row(in_flight.get(state.node)),
                 "verdict": "pass" if state.verdict.passed else "reject",
                 "score": state.verdict.score,
                 "reason": state.verdict.reason,
@@ -311,6 +385,11 @@ class Extender:
             "failurePolicy": self.config.failure_policy,
             "missingData": self.config.missing_data,
             "strategy": self.config.scoring.strategy,
+            "herdGuard": {
+                "enabled": self.config.herd_guard.enabled,
+                "window": self.config.herd_guard.window,
+                "podsInFlight": len(self.inflight),
+            },
             "signals": [
                 {
                     "name": s.name,
@@ -325,6 +404,14 @@ class Extender:
             ],
             "nodes": rows,
         }
+
+
+def _in_flight_row(entry: tuple[Usage, int] | None) -> dict[str, float] | None:
+    """Pods placed on the node within the herd guard's window, and their estimated usage."""
+    if entry is None:
+        return None
+    usage, pods = entry
+    return {"pods": pods, "cpuCores": round(usage.cpu, 3), "memoryBytes": round(usage.memory)}
 
 
 def _age(now: float, then: float | None) -> float | None:

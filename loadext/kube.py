@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from loadext.herd import BoundPod
 from loadext.protocol import BindingArgs
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,42 @@ def bind(api: Any, args: BindingArgs) -> str:
 def node_addresses(node: Any) -> list[str]:
     addresses = (node.status.addresses if node.status else None) or []
     return [a.address for a in addresses if a.type in ("InternalIP", "ExternalIP")]
+
+
+def node_allocatable(node: Any) -> dict[str, Any]:
+    return dict((node.status.allocatable if node.status else None) or {})
+
+
+def _requirements(containers: list[Any] | None) -> tuple[tuple[dict[str, Any], dict[str, Any]], ...]:
+    out = []
+    for container in containers or ():
+        resources = container.resources
+        out.append(
+            (
+                dict((resources.requests if resources else None) or {}),
+                dict((resources.limits if resources else None) or {}),
+            )
+        )
+    return tuple(out)
+
+
+def bound_pod(pod: Any) -> BoundPod | None:
+    if not pod.spec or not pod.spec.node_name:
+        return None
+    placed = pod.metadata.creation_timestamp
+    for condition in (pod.status.conditions if pod.status else None) or []:
+        if condition.type == "PodScheduled" and condition.status == "True" and condition.last_transition_time:
+            placed = condition.last_transition_time
+    phase = pod.status.phase if pod.status else None
+    return BoundPod(
+        uid=pod.metadata.uid,
+        node=pod.spec.node_name,
+        placed_at=placed.timestamp() if placed else 0.0,
+        containers=_requirements(pod.spec.containers),
+        init_containers=_requirements(pod.spec.init_containers),
+        overhead=dict(pod.spec.overhead or {}),
+        finished=phase in ("Succeeded", "Failed") or pod.metadata.deletion_timestamp is not None,
+    )
 
 
 class ListWatch:

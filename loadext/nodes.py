@@ -55,6 +55,7 @@ class NodeDirectory:
         self._by_ip: dict[str, str] | None = None
         self._pending: deque[tuple[float, list[str]]] = deque(maxlen=4096)
         self._labels: dict[str, Mapping[str, str]] = {}
+        self._allocatable: dict[str, Mapping[str, float]] = {}  # name -> {"cpu": cores, "memory": bytes}
         self.labels_version = 0  # bumps when any node's labels change: pool assignment is stale
 
     def _fold(self) -> None:
@@ -87,12 +88,19 @@ class NodeDirectory:
             self._labels[name] = dict(labels)
             self.labels_version += 1
 
+    def set_allocatable(self, name: str, allocatable: Mapping[str, float]) -> None:
+        self._allocatable[name] = allocatable
+
+    def allocatable(self, name: str) -> Mapping[str, float] | None:
+        return self._allocatable.get(name)
+
     def labelled(self) -> Mapping[str, Mapping[str, str]]:
         """Node name -> labels, for the nodes whose labels loadext has seen."""
         return self._labels
 
     def delete(self, name: str) -> None:
         self._watched.pop(name, None)
+        self._allocatable.pop(name, None)
         if self._labels.pop(name, None) is not None:
             self.labels_version += 1
         self._forget(name)

@@ -59,6 +59,7 @@ class DecisionTable:
     config_hash: str
     causes: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # reason -> rejected_by
     pools_version: int = 0  # which node-label state the pool assignment came from
+    pools: Mapping[str, Pool] = field(default_factory=dict)  # identity -> pool
 
     @property
     def no_data(self) -> Verdict:
@@ -140,7 +141,22 @@ def build_table(
         config_hash=config.hash,
         causes=_causes([no_data, *by_identity.values()]),
         pools_version=pools_version,
+        pools=pools,
     )
+
+
+def burst_verdict(placements: int, window: float) -> Verdict:
+    return Verdict(
+        False, 0, f"loadext: {placements} pods placed here in the last {window:.0f}s", (("placements", "burst"),)
+    )
+
+
+def with_extra_load(samples: Mapping[str, Sample], extra: Mapping[str, float]) -> dict[str, Sample]:
+    """Measured ratios plus the ratios of pods not yet visible in the metrics (herd guard)."""
+    return {
+        signal: Sample(min(1.0, sample.value + extra.get(signal, 0.0)), sample.timestamp, sample.mean, sample.stddev)
+        for signal, sample in samples.items()
+    }
 
 
 def _causes(verdicts: list[Verdict]) -> dict[str, tuple[tuple[str, str], ...]]:

@@ -16,6 +16,7 @@ import msgspec
 import orjson
 
 MAX_EXTENDER_PRIORITY = 10
+Quantities = dict[str, str | int | float]  # {"cpu": "500m", "memory": "1Gi"}
 
 
 class ProtocolError(ValueError):
@@ -28,6 +29,9 @@ class PodRef:
     name: str
     uid: str
     owner_kinds: tuple[str, ...]
+    containers: tuple[tuple[Quantities, Quantities], ...] = ()  # (requests, limits) per container
+    init_containers: tuple[tuple[Quantities, Quantities], ...] = ()
+    overhead: Quantities = field(default_factory=dict)
 
     @property
     def is_daemonset(self) -> bool:
@@ -52,6 +56,7 @@ class ExtenderArgs:
     full_nodes: list[msgspec.Raw] | None = None
     addresses: dict[str, tuple[str, ...]] = field(default_factory=dict)
     labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    allocatable: dict[str, Quantities] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +99,32 @@ class _ObjectMeta(msgspec.Struct):
     ownerReferences: list[_OwnerReference] | None = None
 
 
+class _Resources(msgspec.Struct):
+    requests: Quantities | None = None
+    limits: Quantities | None = None
+
+
+class _Container(msgspec.Struct):
+    resources: _Resources | None = None
+
+
+class _PodSpec(msgspec.Struct):
+    containers: list[_Container] | None = None
+    initContainers: list[_Container] | None = None
+    overhead: Quantities | None = None
+
+
 class _Pod(msgspec.Struct):
     metadata: _ObjectMeta | None = None
+    spec: _PodSpec | None = None
+
+
+def _requirements(containers: list[_Container] | None) -> tuple[tuple[Quantities, Quantities], ...]:
+    out = []
+    for container in containers or ():
+        resources = container.resources or _Resources()
+        out.append((resources.requests or {}, resources.limits or {}))
+    return tuple(out)
 
 
 class _NodeAddress(msgspec.Struct):
@@ -105,6 +134,7 @@ class _NodeAddress(msgspec.Struct):
 
 class _NodeStatus(msgspec.Struct):
     addresses: list[_NodeAddress] | None = None
+    allocatable: Quantities | None = None
 
 
 class _NodeName(msgspec.Struct):
@@ -167,11 +197,15 @@ def _pod(raw: msgspec.Raw) -> PodRef | None:
     if pod is None:
         return None
     meta = pod.metadata or _ObjectMeta()
+    spec = pod.spec or _PodSpec()
     return PodRef(
         namespace=meta.namespace,
         name=meta.name,
         uid=meta.uid,
         owner_kinds=tuple(ref.kind for ref in meta.ownerReferences or ()),
+        containers=_requirements(spec.containers),
+        init_containers=_requirements(spec.initContainers),
+        overhead=spec.overhead or {},
     )
 
 
@@ -198,8 +232,8 @@ def _leading_name(raw: msgspec.Raw) -> str | None:
 
 
 def decode_extender_args(body: bytes, node_details: bool = False) -> ExtenderArgs:
-    """`node_details`: also read each full Node's IPs and labels (address identities and pools
-    need them); otherwise only names are read."""
+    """`node_details`: also read each full Node's IPs, labels and allocatable (address
+    identities, pools and the herd guard need them); otherwise only names are read."""
     top = _top(body)
     pod = _pod(field_raw(top, "Pod"))
     listed: list[str] | None = _decode(_NAMES, field_raw(top, "NodeNames"), "NodeNames")
@@ -211,7 +245,7 @@ def decode_extender_args(body: bytes, node_details: bool = False) -> ExtenderArg
     if node_list is None or node_list.items is None:
         return ExtenderArgs(pod, [], None if node_list is None else [])
     names: list[str] = []
-    raws, addresses, labels, seen = [], {}, {}, set()
+    raws, addresses, labels, allocatable, seen = [], {}, {}, {}, set()
     for i, raw in enumerate(node_list.items):
         name = None if node_details else _leading_name(raw)
         if name is None:
@@ -220,12 +254,13 @@ def decode_extender_args(body: bytes, node_details: bool = False) -> ExtenderArg
             if node_details:
                 addresses[name] = _addresses(node.status)
                 labels[name] = node.metadata.labels or {}
+                allocatable[name] = (node.status.allocatable if node.status else None) or {}
         if name in seen:
             continue
         seen.add(name)
         names.append(name)
         raws.append(raw)
-    return ExtenderArgs(pod, names, raws, addresses, labels)
+    return ExtenderArgs(pod, names, raws, addresses, labels, allocatable)
 
 
 class _MetaPod(msgspec.Struct):

@@ -46,6 +46,7 @@ class Refresher:
             if result is not None:
                 self.extender.cache.store(signal.name, result.values, result.timestamp, result.means, result.stddevs)
         snapshot = self.extender.cache.rebuild()
+        self.extender.inflight.expire(self.extender.clock())
         self.extender.update_mapping()
         telemetry = self.extender.telemetry
         if snapshot.newest is not None:

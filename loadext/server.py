@@ -21,6 +21,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from loadext import kube
 from loadext.extender import Extender
+from loadext.herd import allocatable
 from loadext.protocol import (
     BindingArgs,
     ExtenderArgs,
@@ -115,7 +116,8 @@ def create_app(runtime: Runtime, path_prefix: str = "/", max_body_size: int = DE
 
     def extender_args(body: bytes) -> ExtenderArgs:
         config = extender.config
-        return decode_extender_args(body, node_details=config.node_identity.kind == "address" or bool(config.pools))
+        details = config.node_identity.kind == "address" or bool(config.pools) or config.herd_guard.enabled
+        return decode_extender_args(body, node_details=details)
 
     async def do_filter(body: bytes) -> bytes:
         return extender.filter(extender_args(body))
@@ -175,6 +177,8 @@ async def _bind(runtime: Runtime, args: BindingArgs) -> str:
     error = await asyncio.to_thread(kube.bind, runtime.kube_api, args)
     if error:
         log.warning("bind failed: %s", error)
+    else:
+        runtime.extender.record_binding(args.pod_uid, args.node)
     return error
 
 
@@ -186,6 +190,10 @@ def _background(runtime: Runtime) -> Callable[[web.Application], AsyncIterator[N
         if runtime.config_watcher is not None:
             tasks.append(asyncio.create_task(runtime.config_watcher.run(), name="config-watcher"))
         watches = [w for w in (_watch_nodes(runtime), _watch_configmap(runtime)) if w is not None]
+        if runtime.kube_api is not None:
+            tasks.append(asyncio.create_task(_supervise_pod_watch(runtime), name="pod-watch"))
+        elif runtime.extender.config.herd_guard.enabled:
+            log.warning("herdGuard needs a Kubernetes API client to watch pods; only loadext's own binds count")
         yield
         for task in tasks:
             task.cancel()
@@ -214,6 +222,10 @@ def _watch_nodes(runtime: Runtime) -> kube.ListWatch | None:
         addresses = {node.metadata.name: kube.node_addresses(node) for node in nodes}
         labels = {node.metadata.name: node.metadata.labels or {} for node in nodes}
         loop.call_soon_threadsafe(directory.replace_all, addresses, labels)
+        for node in nodes:
+            loop.call_soon_threadsafe(
+                directory.set_allocatable, node.metadata.name, allocatable(kube.node_allocatable(node))
+            )
 
     def on_event(kind: str, node: Any) -> None:
         if kind == "DELETED":
@@ -222,8 +234,53 @@ def _watch_nodes(runtime: Runtime) -> kube.ListWatch | None:
             loop.call_soon_threadsafe(
                 directory.upsert, node.metadata.name, kube.node_addresses(node), node.metadata.labels or {}
             )
+            loop.call_soon_threadsafe(
+                directory.set_allocatable, node.metadata.name, allocatable(kube.node_allocatable(node))
+            )
 
     return kube.ListWatch(runtime.kube_api.list_node, on_list, on_event).start()
+
+
+async def _supervise_pod_watch(runtime: Runtime) -> None:
+    """Watch bound pods while the herd guard is enabled, so a ConfigMap edit can turn it on or
+    off without a restart; stop watching (and forget) when it is off."""
+    watch: kube.ListWatch | None = None
+    try:
+        while True:
+            enabled = runtime.extender.config.herd_guard.enabled
+            if enabled and watch is None:
+                watch = _watch_pods(runtime)
+            elif not enabled and watch is not None:
+                watch.stop.set()
+                watch = None
+                runtime.extender.inflight.replace_all({}, runtime.extender.clock())
+            await asyncio.sleep(1.0)
+    finally:
+        if watch is not None:
+            watch.stop.set()
+
+
+def _watch_pods(runtime: Runtime) -> kube.ListWatch:
+    """Bound pods feed the herd guard's in-flight accounting."""
+    extender = runtime.extender
+    loop = asyncio.get_running_loop()
+
+    def on_list(pods: list[Any]) -> None:
+        bound = [b for b in (kube.bound_pod(p) for p in pods) if b is not None]
+        loop.call_soon_threadsafe(extender.replace_bound_pods, bound)
+
+    def on_event(kind: str, pod: Any) -> None:
+        bound = kube.bound_pod(pod)
+        if bound is None:
+            return
+        if kind == "DELETED":
+            loop.call_soon_threadsafe(extender.inflight.remove, bound.uid)
+        else:
+            loop.call_soon_threadsafe(extender.record_bound_pod, bound)
+
+    return kube.ListWatch(
+        runtime.kube_api.list_pod_for_all_namespaces, on_list, on_event, field_selector="spec.nodeName!="
+    ).start()
 
 
 def _watch_configmap(runtime: Runtime) -> kube.ListWatch | None:
