@@ -10,13 +10,12 @@ import orjson
 import pytest
 from kubernetes import client
 
-from loadext.config import parse_config
 from loadext.extender import Extender
 from loadext.herd import EstimateRule, InFlight, Placement, Usage, container_estimate, pod_estimate
 from loadext.kube import bound_pod
-from loadext.telemetry import Telemetry
 from tests.conftest import fixture_bytes
 from tests.test_protocol import client_for, post
+from tests.test_protocol import make_extender as stored_extender
 
 GiB = 1024**3
 RULE = EstimateRule()
@@ -65,13 +64,11 @@ herdGuard: {enabled: %s, window: 5m, burstCap: %d}
 
 
 def extender(enabled: bool, burst_cap: int = 0) -> Extender:
-    ext = Extender(parse_config(CONFIG % ("true" if enabled else "false", burst_cap)), Telemetry())
-    now = time.time()
-    ext.cache.store("cpu", {"ceph1": 0.78, "ceph2": 0.50, "ceph3": 0.50}, now)
-    ext.cache.store("memory", {"ceph1": 0.30, "ceph2": 0.30, "ceph3": 0.30}, now)
-    ext.cache.rebuild()
-    ext.refreshed_once = True
-    return ext
+    return stored_extender(
+        CONFIG % ("true" if enabled else "false", burst_cap),
+        {"ceph1": 0.78, "ceph2": 0.50, "ceph3": 0.50},
+        {"ceph1": 0.30, "ceph2": 0.30, "ceph3": 0.30},
+    )
 
 
 @pytest.mark.parametrize("enabled", [False, True])

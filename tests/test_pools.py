@@ -12,9 +12,9 @@ from loadext.config import ConfigError, parse_config
 from loadext.extender import Extender
 from loadext.policy import judge
 from loadext.snapshot import Sample
-from loadext.telemetry import Telemetry
 from tests.conftest import fixture_bytes
 from tests.test_protocol import client_for, post
+from tests.test_protocol import make_extender as stored_extender
 
 CONFIG = """
 prometheus: {url: "http://127.0.0.1:1"}
@@ -74,13 +74,9 @@ def test_pool_errors_name_the_field(pools: str, expected: str) -> None:
 
 
 def make_extender() -> Extender:
-    extender = Extender(parse_config(CONFIG), Telemetry())
-    now = time.time()
-    extender.cache.store("cpu", {"ceph1": 0.85, "ceph2": 0.85, "ceph3": 0.85}, now)
-    extender.cache.store("memory", {"ceph1": 0.2, "ceph2": 0.2, "ceph3": 0.2}, now)
-    extender.cache.rebuild()
-    extender.refreshed_once = True
-    return extender
+    return stored_extender(
+        CONFIG, {"ceph1": 0.85, "ceph2": 0.85, "ceph3": 0.85}, {"ceph1": 0.2, "ceph2": 0.2, "ceph3": 0.2}
+    )
 
 
 async def test_pools_from_node_objects_in_non_cache_requests(aiohttp_client: Any) -> None:

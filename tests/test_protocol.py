@@ -32,11 +32,14 @@ GO_FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNod
 REASON = "loadext: cpu above 80%"
 
 
-def make_extender(config_text: str = CONFIG) -> Extender:
+def make_extender(
+    config_text: str = CONFIG, cpu: dict[str, float] = CPU, memory: dict[str, float] = MEMORY
+) -> Extender:
+    """An extender whose snapshot holds these values, fresh: for tests about the verbs, not the data path."""
     extender = Extender(parse_config(config_text), Telemetry())
     now = time.time()
-    extender.cache.store("cpu", CPU, now)
-    extender.cache.store("memory", MEMORY, now)
+    extender.cache.store("cpu", cpu, now)
+    extender.cache.store("memory", memory, now)
     extender.cache.rebuild()
     extender.refreshed_once = True
     return extender
