@@ -146,7 +146,7 @@ class ControlPlane:
         w = self.workdir
         etcd_port, peer_port = free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
-        etcd = self._spawn(
+        etcd = self.spawn(
             "etcd",
             [
                 str(self.bin / "etcd"),
@@ -165,7 +165,7 @@ class ControlPlane:
             "etcd",
             process=etcd,
         )
-        apiserver = self._spawn(
+        apiserver = self.spawn(
             "kube-apiserver",
             [
                 str(self.bin / "kube-apiserver"),
@@ -199,7 +199,7 @@ class ControlPlane:
         wait_until(ready, "kube-apiserver /readyz", timeout=120, process=apiserver)
         self.admin_kubeconfig = self.kubeconfig("admin", ADMIN_TOKEN)
 
-    def _spawn(self, name: str, argv: list[str]) -> Process:
+    def spawn(self, name: str, argv: list[str]) -> Process:
         process = Process(name, argv, self.workdir)
         self.processes.append(process)
         return process
@@ -264,7 +264,7 @@ class ControlPlane:
         path = self.workdir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(scheduler_config))
         port = free_port()
-        process = self._spawn(
+        process = self.spawn(
             name,
             [
                 str(self.bin / "kube-scheduler"),

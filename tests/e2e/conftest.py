@@ -118,7 +118,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, proxy: FaultProxy) -> Iter
 
         port = free_port()
         loadext_kubeconfig = plane.service_account_kubeconfig("loadext", "loadext")
-        process = plane._spawn(
+        process = plane.spawn(
             "loadext",
             [
                 sys.executable,
