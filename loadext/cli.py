@@ -117,6 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="a node name to include even if no series names it (repeatable)",
     )
+    replay = commands.add_parser(
+        "replay",
+        help="what a candidate config would have refused and preferred over Prometheus history, "
+        "side by side with the config in force",
+    )
+    replay.add_argument("--config", required=True, help="the candidate config")
+    replay.add_argument("--current", help="the config in force (default: the candidate alone)")
+    replay.add_argument("--since", type=_duration, default="24h", help="how far back (default 24h)")
+    replay.add_argument("--step", type=_duration, default="5m", help="resolution (default 5m)")
+    replay.add_argument("--output", choices=["table", "json"], default="table")
+    replay.add_argument("--chart", help="also draw refused nodes over time into this PNG (needs matplotlib)")
     return parser
 
 
@@ -130,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "explain":
             return _explain(args)
+        if args.command == "replay":
+            return _replay(args)
         return _serve(args)
     except ConfigError as exc:
         print(f"{exc.source}: invalid config", file=sys.stderr)
@@ -234,6 +247,71 @@ def _explain(args: argparse.Namespace) -> int:
     else:
         print(format_explain(report))
     return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import time
+
+    from loadext import replay
+
+    end = time.time()
+    start = end - args.since
+    runs = {"candidate": load_config(args.config)}
+    if args.current:
+        runs = {"current": load_config(args.current), **runs}
+    steps = {
+        name: replay.evaluate(replay.fetch(config, start, end, args.step), config) for name, config in runs.items()
+    }
+    current = steps.get("current", steps["candidate"])
+    summary = replay.compare(current, steps["candidate"])
+    if args.output == "json":
+        report = {"summary": summary, "steps": {n: [s.__dict__ for s in v] for n, v in steps.items()}}
+        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(format_replay(steps, summary))
+    if args.chart:
+        _replay_chart(steps, args.chart)
+    return 0
+
+
+def format_replay(steps: dict[str, list[Any]], summary: dict[str, Any]) -> str:
+    names = list(steps)
+    rows = [["TIME", *(f"{n.upper()} REFUSED" for n in names), *(f"{n.upper()} FAVOURITE" for n in names)]]
+    for i, step in enumerate(steps[names[-1]]):
+        at = [steps[n][i] if i < len(steps[n]) else None for n in names]
+        refused = [", ".join(f"{k} {v}" for k, v in s.refused.items()) if s else "-" for s in at]
+        rows.append([time_text(step.time), *refused, *((s.top or "-") if s else "-" for s in at)])
+    lines = _table(rows)
+    lines.append("")
+    for name in names:
+        totals = ", ".join(f"{k} {v}" for k, v in summary[name]["refused"].items())
+        lines.append(f"{name}: node-steps refused by signal: {totals}")
+    if len(names) > 1:
+        lines.append(f"same favourite node in {summary['sameFavourite']:.0%} of {summary['steps']} steps")
+    return "\n".join(lines)
+
+
+def time_text(stamp: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(stamp))
+
+
+def _replay_chart(steps: dict[str, list[Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for name, run in steps.items():
+        ax.step([s.time - run[-1].time for s in run], [s.refused_nodes for s in run], where="post", label=name)
+    ax.set_xlabel("seconds before now")
+    ax.set_ylabel("nodes refused")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
 
 
 def _explain_remote(args: argparse.Namespace) -> int:

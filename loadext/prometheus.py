@@ -11,7 +11,9 @@ import contextlib
 import logging
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import requests
@@ -96,11 +98,33 @@ class PrometheusSource:
         client = self._client(signal)
         sink = self._warnings[signal]
         sink.clear()
-        # Prometheus' own evaluation deadline, a little inside ours, so a slow query is
-        # cancelled there rather than left running.
-        params = {"timeout": f"{max(int(self.config.timeout * 900), 1)}ms"}
+        result = self._call(lambda: client.custom_query(promql, params=self._server_timeout()))
+        parsed = parse_vector(result, identity_label, identity_kind)
+        parsed.warnings = list(sink)
+        return parsed
+
+    def query_range(self, promql: str, start: float, end: float, step: float) -> Any:
+        """A range query's raw matrix (for replay); errors classified like instant queries."""
+        client = self._client("replay")
+        return self._call(
+            lambda: client.custom_query_range(
+                promql,
+                datetime.fromtimestamp(start, UTC),
+                datetime.fromtimestamp(end, UTC),
+                f"{step:g}s",
+                params=self._server_timeout(),
+            )
+        )
+
+    def _server_timeout(self) -> dict[str, str]:
+        """Prometheus' own evaluation deadline, a little inside ours, so a slow query is
+        cancelled there rather than left running."""
+        return {"timeout": f"{max(int(self.config.timeout * 900), 1)}ms"}
+
+    @staticmethod
+    def _call(run: Callable[[], Any]) -> Any:
         try:
-            result = client.custom_query(promql, params=params)
+            return run()
         except PrometheusApiClientException as exc:
             raise _classify_status(str(exc)) from exc
         except requests.exceptions.Timeout as exc:
@@ -111,9 +135,6 @@ class PrometheusSource:
             raise QueryError("parse", f"response is not a Prometheus API reply: {exc}") from exc
         except requests.exceptions.RequestException as exc:
             raise QueryError("request", str(exc)) from exc
-        parsed = parse_vector(result, identity_label, identity_kind)
-        parsed.warnings = list(sink)
-        return parsed
 
 
 def _warning_hook(sink: list[str]) -> Any:

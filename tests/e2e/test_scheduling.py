@@ -156,6 +156,11 @@ def test_pods_go_to_the_least_loaded_node_never_to_the_hot_one(cluster: Cluster,
     for i in range(3):
         make_pod(cluster.core, f"{slug}-{i}", slug, "loadext-scheduler")
         assert scheduled_node(cluster.core, f"{slug}-{i}") == nodes["cool"]
+    why = cluster.loadext.get_json(f"/explain?pod={E2E_NAMESPACE}/{slug}-0")  # every candidate, and why
+    rows = {row["node"]: row for row in why["filter"]["nodes"]}
+    assert set(rows) == set(nodes.values())
+    assert rows[nodes["big"]]["verdict"] == "reject" and rows[nodes["big"]]["signals"]["cpu"]["value"] == 0.95
+    assert all(row["signals"]["cpu"]["age"] < 10 for row in rows.values())
 
 
 def test_node_cache_modes_place_pods_identically(cluster: Cluster, exporter: Exporter, slug: str) -> None:
@@ -397,13 +402,22 @@ def test_herd_guard_spreads_a_burst(cluster: Cluster, exporter: Exporter, slug: 
     without = burst(cluster, slug, "off", 30)
     assert without.get(idle, 0) >= 25, without  # the herd: nearly all of them on the idle-looking node
 
-    cluster.core.delete_collection_namespaced_pod(E2E_NAMESPACE, label_selector="run=off", grace_period_seconds=0)
     guarded = e2e_config(cluster.proxy.url, herdGuard={"enabled": True, "window": "10m"})
     guarded["signals"][1]["weight"] = 0  # score on CPU alone: a score step is then ~4 pods, not ~8
     try:
-        cluster.loadext.set_config(guarded)
+        cluster.loadext.set_config(guarded)  # the guard starts watching pods: the first burst counts
+
+        def in_flight_on_idle() -> int:
+            rows = {r["node"]: r for r in cluster.loadext.get_json("/explain")["nodes"]}
+            return int((rows.get(idle, {}).get("inFlight") or {}).get("pods", 0))
+
         deadline = time.monotonic() + 30
-        while any(r["inFlight"] for r in cluster.loadext.get_json("/explain")["nodes"] if r["node"] in nodes):
+        while in_flight_on_idle() != without[idle]:
+            assert time.monotonic() < deadline, "the pod watch never counted the first burst"
+            time.sleep(0.2)
+        cluster.core.delete_collection_namespaced_pod(E2E_NAMESPACE, label_selector="run=off", grace_period_seconds=0)
+        deadline = time.monotonic() + 30
+        while in_flight_on_idle():
             assert time.monotonic() < deadline, "the deleted pods are still counted"  # deletion forgets them
             time.sleep(0.2)
         with_guard = burst(cluster, slug, "on", 30)
@@ -413,8 +427,13 @@ def test_herd_guard_spreads_a_burst(cluster: Cluster, exporter: Exporter, slug: 
         level = (sum(cpu for cpu, _ in loads.values()) + 30 * per_pod) / len(nodes)
         fair = {node: (level - loads[node][0]) / per_pod for node in nodes}
         assert all(abs(with_guard.get(node, 0) - fair[node]) <= 3 for node in nodes), (with_guard, fair)
-        in_flight = {r["node"]: r["inFlight"] for r in cluster.loadext.get_json("/explain")["nodes"]}
-        assert sum((in_flight.get(n) or {}).get("pods", 0) for n in nodes) == 30
+        deadline = time.monotonic() + 30
+        while True:  # every pod of the burst is counted, on the node it went to
+            rows = {r["node"]: r["inFlight"] or {} for r in cluster.loadext.get_json("/explain")["nodes"]}
+            if {n: rows.get(n, {}).get("pods", 0) for n in nodes if n in with_guard} == with_guard:
+                break
+            assert time.monotonic() < deadline, (rows, with_guard)
+            time.sleep(0.2)
     finally:
         cluster.loadext.set_config(e2e_config(cluster.proxy.url))
 

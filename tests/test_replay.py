@@ -1,0 +1,78 @@
+"""Replay a candidate config over real Prometheus history, side by side with the one in force."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.prometheus import PrometheusServer, backfill
+from tests.test_risk import history
+
+
+@pytest.fixture
+def prometheus_with_history(tmp_path: Path) -> PrometheusServer:
+    data = backfill(str(tmp_path), history(time.time()))
+    prom = PrometheusServer(str(tmp_path), "scrape_configs: []\n", data_dir=data)
+    yield prom  # type: ignore[misc]
+    prom.stop()
+
+
+def config_file(path: Path, url: str, threshold: float) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "prometheus": {"url": url},
+                "signals": [{"name": "cpu", "query": "risk_cpu", "threshold": threshold, "weight": 1}],
+            }
+        )
+    )
+    return path
+
+
+def test_replay_counts_what_a_tighter_threshold_would_have_refused(
+    prometheus_with_history: PrometheusServer, tmp_path: Path
+) -> None:
+    current = config_file(tmp_path / "current.yaml", prometheus_with_history.url, 0.9)
+    candidate = config_file(tmp_path / "candidate.yaml", prometheus_with_history.url, 0.7)
+    chart = tmp_path / "replay.png"
+    command = [
+        sys.executable,
+        "-m",
+        "loadext",
+        "replay",
+        "--config",
+        str(candidate),
+        "--current",
+        str(current),
+        "--since",
+        "10m",
+        "--step",
+        "30s",
+    ]
+    result = subprocess.run(
+        [*command, "--output", "json", "--chart", str(chart)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    steps = report["summary"]["steps"]
+    assert steps == 21  # 10 minutes at 30 s, both ends included
+    # "noisy" alternates 20 % / 80 % every 15 s, so at 30 s steps it sits on one phase: either
+    # always 80 % (refused at every step by the candidate) or always 20 %; "steady" is 50 %.
+    refused = report["summary"]["candidate"]["refused"]["cpu"]
+    assert refused in (0, steps)
+    assert report["summary"]["current"]["refused"]["cpu"] == 0  # nothing is over 90 %
+    noisy_at_80 = refused == steps
+    favourites = {s["top"] for s in report["steps"]["candidate"]}
+    assert favourites == ({"steady"} if noisy_at_80 else {"noisy"})
+    assert chart.stat().st_size > 5000
+
+    table = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0].split()[:3] == ["TIME", "CURRENT", "REFUSED"]
+    assert "candidate: node-steps refused by signal: cpu" in table.stdout
