@@ -89,12 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--kubeconfig",
-        help="kubeconfig for bind and node watch (default: in-cluster service account when running in a pod)",
+        help="kubeconfig for the API: bind, --configmap, Node and Pod watches (default: in-cluster service "
+        "account when running in a pod)",
     )
     serve.add_argument(
         "--watch-nodes",
         action="store_true",
-        help="list/watch Nodes for address identities with nodeCacheCapable: true",
+        help="list/watch Nodes (address identities and pool labels with nodeCacheCapable: true; "
+        "on by itself when herdGuard is enabled at start)",
     )
 
     check = commands.add_parser("check-config", help="validate a config file; exit 1 on errors")
