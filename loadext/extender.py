@@ -31,7 +31,7 @@ from loadext.protocol import (
     encode_host_priority_list,
     encode_preemption_result,
 )
-from loadext.snapshot import SnapshotCache
+from loadext.snapshot import Snapshot, SnapshotCache
 from loadext.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,18 @@ class Extender:
             self._table = table
             self.telemetry.degraded.set(1 if table.degraded else 0)
         return table
+
+    def pool_assignment_now(self) -> tuple[dict[str, Pool], int]:
+        """The pool assignment and the label state it came from, read on the event loop."""
+        pools_version = self.directory.labels_version if self.config.pools else 0
+        return self._pool_assignment(), pools_version
+
+    def publish(self, snapshot: Snapshot, table: DecisionTable) -> None:
+        """A refresh's snapshot and the table decided from it, in one step."""
+        self.cache.publish(snapshot)
+        if table.config_hash == self.config.hash:  # else a reload came in meanwhile: decide afresh
+            self._table = table
+            self.telemetry.degraded.set(1 if table.degraded else 0)
 
     def _pool_assignment(self) -> dict[str, Pool]:
         """identity -> pool, from the labels of the nodes loadext has seen (watch or requests)."""

@@ -11,9 +11,11 @@ import contextlib
 import logging
 import time
 
-from loadext.config import PrometheusConfig
+from loadext.config import Config, Pool, PrometheusConfig
 from loadext.extender import Extender
+from loadext.policy import DecisionTable, build_table
 from loadext.prometheus import PrometheusSource, QueryError, QueryResult
+from loadext.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +44,12 @@ class Refresher:
         config = self.extender.config
         source = self._current_source()
         results = await asyncio.gather(*(self._query(source, s.name, config.query_for(s)) for s in config.signals))
-        for signal, result in zip(config.signals, results, strict=True):
-            if result is not None:
-                self.extender.cache.store(signal.name, result.values, result.timestamp, result.means, result.stddevs)
-        snapshot = self.extender.cache.rebuild()
+        # Storing thousands of values and judging every node takes tens of milliseconds at 5000
+        # nodes: do it in a worker thread, so the event loop keeps answering the scheduler, and
+        # publish the snapshot and its decision table together.
+        pools = self.extender.pool_assignment_now()
+        snapshot, table = await asyncio.to_thread(self._store_and_decide, config, results, pools)
+        self.extender.publish(snapshot, table)
         self.extender.inflight.expire(self.extender.clock())
         self.extender.update_mapping()
         telemetry = self.extender.telemetry
@@ -55,6 +59,17 @@ class Refresher:
             telemetry.series.labels(signal.name).set(snapshot.series_counts.get(signal.name, 0))
         self.extender.refreshed_once = True
         self.extender.table()  # publish loadext_degraded now, not at the next request
+
+    def _store_and_decide(
+        self, config: Config, results: list[QueryResult | None], pools: tuple[dict[str, Pool], int]
+    ) -> tuple[Snapshot, DecisionTable]:
+        cache = self.extender.cache
+        with cache.lock:
+            for signal, result in zip(config.signals, results, strict=True):
+                if result is not None:
+                    cache.store(signal.name, result.values, result.timestamp, result.means, result.stddevs)
+            snapshot = cache.rebuild(publish=False)
+        return snapshot, build_table(snapshot, config, self.extender.clock(), *pools)
 
     async def _query(self, source: PrometheusSource, signal: str, promql: str) -> QueryResult | None:
         identity = self.extender.config.node_identity

@@ -8,6 +8,7 @@ Snapshot, which is rebuilt after each refresh, so it never waits on Prometheus.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +51,9 @@ class SnapshotCache:
         self._last_success: dict[str, float] = {}
         self._versions = itertools.count(1)
         self._snapshot = EMPTY_SNAPSHOT
+        # The refresher stores and rebuilds in a worker thread; config reloads touch the cache
+        # on the event loop. TTLCache is not thread-safe, so both hold this lock.
+        self.lock = threading.RLock()
 
     def _new_cache(self, max_age: float) -> TTLCache[tuple[str, str], Sample]:
         return TTLCache(maxsize=1_000_000, ttl=max_age, timer=self._clock)
@@ -60,6 +64,10 @@ class SnapshotCache:
 
     def set_max_age(self, max_age: float) -> None:
         """A reloaded config may change maxDataAge; keep what is still young enough."""
+        with self.lock:
+            self._set_max_age(max_age)
+
+    def _set_max_age(self, max_age: float) -> None:
         if max_age == self._max_age:
             return
         now, old = self._clock(), self._cache
@@ -88,27 +96,41 @@ class SnapshotCache:
 
     def forget_signals_except(self, signals: set[str]) -> None:
         """Drop signals removed by a config reload."""
+        with self.lock:
+            self._forget_signals_except(signals)
+
+    def _forget_signals_except(self, signals: set[str]) -> None:
         self._cache.expire()
         for key in [k for k in self._cache if k[0] not in signals]:
             del self._cache[key]
         for name in [s for s in self._last_success if s not in signals]:
             del self._last_success[name]
 
-    def rebuild(self) -> Snapshot:
-        """Publish a new snapshot of the unexpired values; called after every refresh round."""
+    def rebuild(self, publish: bool = True) -> Snapshot:
+        """A new snapshot of the unexpired values; published unless the caller publishes it
+        later together with its decision table."""
+        with self.lock:
+            snapshot = self._build()
+        if publish:
+            self._snapshot = snapshot
+        return snapshot
+
+    def publish(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def _build(self) -> Snapshot:
         self._cache.expire()
         by_identity: dict[str, dict[str, Sample]] = {}
         counts: dict[str, int] = {}
         for (signal, identity), sample in self._cache.items():
             by_identity.setdefault(identity, {})[signal] = sample
             counts[signal] = counts.get(signal, 0) + 1
-        self._snapshot = Snapshot(
+        return Snapshot(
             by_identity=by_identity,
             last_success=dict(self._last_success),
             version=next(self._versions),
             series_counts=counts,
         )
-        return self._snapshot
 
     @property
     def snapshot(self) -> Snapshot:
