@@ -111,6 +111,12 @@ def dashboard(
     }
 
 
+def value_map(zero: tuple[str, str], one: tuple[str, str]) -> dict[str, Any]:
+    """Show 0 and 1 as words in colour (a gauge that is really a yes/no)."""
+    options = {"0": {"text": zero[0], "color": zero[1]}, "1": {"text": one[0], "color": one[1]}}
+    return {"mappings": [{"type": "value", "options": options}]}
+
+
 def threshold_steps(*steps: tuple[str, float | None]) -> dict[str, Any]:
     return {"thresholds": {"mode": "absolute", "steps": [{"color": c, "value": v} for c, v in steps]}}
 
@@ -215,14 +221,7 @@ def placement() -> dict[str, Any]:
             "Nodes loadext's filter refuses right now (red), over time. A node that stays red is hot or has no data.",
             "short",
             [target(f'loadext_node_schedulable{{{SEL}, node=~"$node"}}', "{{node}}")],
-            defaults={
-                "mappings": [
-                    {
-                        "type": "value",
-                        "options": {"0": {"text": "refused", "color": "red"}, "1": {"text": "ok", "color": "green"}},
-                    }
-                ]
-            },
+            defaults=value_map(("refused", "red"), ("ok", "green")),
         ),
         12,
     )
@@ -350,14 +349,7 @@ def health() -> dict[str, Any]:
             "(open: all pass with neutral scores; closed: all refused).",
             "short",
             [target(f"max(loadext_degraded{{{SEL}}})", instant=True)],
-            defaults={
-                "mappings": [
-                    {
-                        "type": "value",
-                        "options": {"0": {"text": "no", "color": "green"}, "1": {"text": "DEGRADED", "color": "red"}},
-                    }
-                ]
-            },
+            defaults=value_map(("no", "green"), ("DEGRADED", "red")),
         ),
         6,
         5,
@@ -395,14 +387,7 @@ def health() -> dict[str, Any]:
             "the last good config is still in force; see the log or the ConfigMap's Events.",
             "short",
             [target(f"min(loadext_config_last_reload_successful{{{SEL}}})", instant=True)],
-            defaults={
-                "mappings": [
-                    {
-                        "type": "value",
-                        "options": {"0": {"text": "failed", "color": "red"}, "1": {"text": "ok", "color": "green"}},
-                    }
-                ]
-            },
+            defaults=value_map(("failed", "red"), ("ok", "green")),
         ),
         6,
         5,
