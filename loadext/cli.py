@@ -13,6 +13,7 @@ import orjson
 from loadext import __version__
 from loadext.config import Config, ConfigError, load_config, parse_config, parse_duration
 from loadext.extender import Extender
+from loadext.logs import configure as configure_logs
 from loadext.telemetry import Telemetry
 
 log = logging.getLogger("loadext")
@@ -55,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loadext", description="Load-aware scheduling extender for kube-scheduler.")
     parser.add_argument("--version", action="version", version=f"loadext {__version__}")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text for people, json (one object per line) for log pipelines",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the extender HTTP server")
@@ -135,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logs(args.log_level, args.log_format)
     try:
         if args.command == "check-config":
             config = load_config(args.file)
