@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
+from harness.certs import make_ca, make_cert, make_signing_key
 from harness.prometheus import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,10 +31,6 @@ def build_components() -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"building Kubernetes components failed:\n{result.stderr[-4000:]}")
     return Path(result.stdout.strip().splitlines()[-1])
-
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
 class Process:
@@ -90,55 +87,9 @@ class ControlPlane:
 
     def _certificates(self) -> None:
         w = self.workdir
-        _openssl(
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=loadext-e2e-ca",
-            "-keyout",
-            str(w / "ca.key"),
-            "-out",
-            str(self.ca),
-        )
-        _openssl(
-            "req",
-            "-new",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=kube-apiserver",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc",
-            "-keyout",
-            str(w / "apiserver.key"),
-            "-out",
-            str(w / "apiserver.csr"),
-        )
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            str(w / "apiserver.csr"),
-            "-CA",
-            str(self.ca),
-            "-CAkey",
-            str(w / "ca.key"),
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-copy_extensions",
-            "copy",
-            "-out",
-            str(w / "apiserver.crt"),
-        )
-        _openssl("genrsa", "-out", str(w / "sa.key"), "2048")
-        _openssl("rsa", "-in", str(w / "sa.key"), "-pubout", "-out", str(w / "sa.pub"))
+        ca = make_ca(w, "ca")
+        make_cert(w, ca, "apiserver", "IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc")
+        make_signing_key(w, "sa")
         (w / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
 
     def start(self) -> None:

@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="kubeconfig for the API: bind, --configmap, Node and Pod watches (default: in-cluster service "
         "account when running in a pod)",
     )
+    serve.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM); reloaded when it changes")
+    serve.add_argument("--tls-key", help="the certificate's private key (PEM)")
+    serve.add_argument("--tls-client-ca", help="require client certificates signed by this CA (mTLS)")
     serve.add_argument(
         "--watch-nodes",
         action="store_true",
@@ -220,8 +223,16 @@ def _serve(args: argparse.Namespace) -> int:
         source,
         config.hash,
     )
+    context = None
+    if args.tls_cert or args.tls_key or args.tls_client_ca:
+        from loadext import tls
+
+        if not (args.tls_cert and args.tls_key):
+            raise OSError("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")
+        context = tls.server_context(args.tls_cert, args.tls_key, args.tls_client_ca)
+        app.cleanup_ctx.append(tls.reloader(context, args.tls_cert, args.tls_key, args.reload_interval))
     install_event_loop()
-    web.run_app(app, host=host, port=port, access_log=None, print=None, shutdown_timeout=10)
+    web.run_app(app, host=host, port=port, ssl_context=context, access_log=None, print=None, shutdown_timeout=10)
     return 0
 
 
