@@ -7,8 +7,13 @@ runs, so pods are only ever scheduled, never started.
 
 from __future__ import annotations
 
+import json
+import ssl
+import sys
 import time
+import urllib.request
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +21,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from harness.certs import make_ca, make_cert
 from harness.exporter import Exporter
-from harness.kubernetes import ROOT
-from tests.e2e.conftest import CASE_LABEL, E2E_NAMESPACE, Cluster, e2e_config, render
+from harness.kubernetes import ROOT, wait_until
+from harness.prometheus import free_port
+from tests.e2e.conftest import CASE_LABEL, E2E_NAMESPACE, Cluster, e2e_config, render, shipped_scheduler_config
 
 
 def make_node(
@@ -205,6 +212,75 @@ def test_prometheus_unreachable_fails_open(cluster: Cluster, exporter: Exporter,
         assert scheduled_node(cluster.core, f"{slug}-pod") == node  # failurePolicy open
     finally:
         cluster.proxy.set("pass")
+
+
+def test_the_real_scheduler_over_mtls(cluster: Cluster, exporter: Exporter, slug: str, tmp_path: Path) -> None:
+    """kube-scheduler's extender client with enableHTTPS and a client certificate (tlsConfig)
+    against loadext serving mTLS: the only way to authenticate the scheduler."""
+    ca = make_ca(tmp_path, "extender-ca")
+    server = make_cert(tmp_path, ca, "loadext", "IP:127.0.0.1,DNS:loadext.loadext.svc")
+    client_cert = make_cert(tmp_path, ca, "kube-scheduler")
+    config = tmp_path / "loadext.yaml"
+    config.write_text(yaml.safe_dump(e2e_config(cluster.proxy.url)))
+    port = free_port()
+    loadext = cluster.plane.spawn(
+        f"loadext-mtls-{slug}",
+        [
+            sys.executable,
+            "-m",
+            "loadext",
+            "serve",
+            "--config",
+            str(config),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--tls-cert",
+            str(server[0]),
+            "--tls-key",
+            str(server[1]),
+            "--tls-client-ca",
+            str(ca[0]),
+        ],
+    )
+    shipped = shipped_scheduler_config(cluster.plane, "base")
+    shipped["profiles"][0]["schedulerName"] = "loadext-scheduler-mtls"
+    shipped["extenders"][0].update(
+        urlPrefix=f"https://127.0.0.1:{port}",
+        enableHTTPS=True,
+        ignorable=False,
+        tlsConfig={
+            "caFile": str(ca[0]),
+            "certFile": str(client_cert[0]),
+            "keyFile": str(client_cert[1]),
+            "serverName": "loadext.loadext.svc",
+        },
+    )
+    scheduler = cluster.plane.start_scheduler(
+        "loadext-scheduler-mtls", shipped, cluster.plane.workdir / "loadext-loadext-scheduler.kubeconfig"
+    )
+    try:
+        hot, cool = f"{slug}-hot", f"{slug}-cool"
+        for node in (hot, cool):
+            make_node(cluster.core, node, slug)
+        set_load(exporter, {hot: (0.97, 0.3), cool: (0.3, 0.3)})
+        context = ssl.create_default_context(cafile=str(ca[0]))
+        context.load_cert_chain(str(client_cert[0]), str(client_cert[1]))
+        context.check_hostname = False  # the serving certificate names the Service; we dial 127.0.0.1
+
+        def sees_hot() -> bool:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/explain?node={hot}", context=context, timeout=2
+            ) as reply:
+                rows = json.load(reply)["nodes"]
+            return bool(rows) and rows[0]["signals"].get("cpu", {}).get("value") == 0.97
+
+        wait_until(sees_hot, "the mTLS loadext to see the nodes", timeout=30, process=loadext)
+        make_pod(cluster.core, f"{slug}-pod", slug, "loadext-scheduler-mtls")
+        # not ignorable: had the TLS handshake failed, the pod would stay Pending with an error
+        assert scheduled_node(cluster.core, f"{slug}-pod", timeout=45) == cool
+    finally:
+        scheduler.stop()
+        loadext.stop()
 
 
 def test_loadext_unreachable_is_ignorable(cluster: Cluster, exporter: Exporter, slug: str) -> None:
