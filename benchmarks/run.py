@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from harness.exporter import Exporter  # noqa: E402
 from harness.faultproxy import FaultProxy  # noqa: E402
 from harness.kubernetes import Process, wait_until  # noqa: E402
+from harness.loadext import ready, serve_argv  # noqa: E402
 from harness.prometheus import PrometheusServer, free_port, scrape_config  # noqa: E402
 
 SIZES = (100, 500, 1000, 5000)
@@ -179,24 +180,10 @@ class Bench:
         port = free_port()
         process = self.spawn(
             name,
-            pinned(
-                SERVER_CPU,
-                [
-                    sys.executable,
-                    "-m",
-                    "loadext",
-                    "--log-level",
-                    "warning",
-                    "serve",
-                    "--config",
-                    str(path),
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                ],
-            ),
+            pinned(SERVER_CPU, serve_argv(path, port, options=["--log-level", "warning"])),
         )
         url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: urllib.request.urlopen(url + "/readyz", timeout=1).status == 200, name, process=process)
+        wait_until(lambda: ready(url), name, process=process)
         return url, process
 
 

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.exporter import Exporter  # noqa: E402
+from harness.loadext import ready, serve_argv  # noqa: E402
 from harness.prometheus import PrometheusServer, free_port, scrape_config  # noqa: E402
 
 # node -> (busy CPU share, used memory share); worker-3 will heat up half way through
@@ -124,21 +125,8 @@ def main() -> int:
         config_path.write_text(CONFIG.format(url=prom.url))
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        loadext = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "loadext",
-                "--log-level",
-                "warning",
-                "serve",
-                "--config",
-                str(config_path),
-                "--listen",
-                f"127.0.0.1:{port}",
-            ]
-        )
-        wait_for(lambda: _ready(base), "loadext /readyz")
+        loadext = subprocess.Popen(serve_argv(config_path, port, options=["--log-level", "warning"]))
+        wait_for(lambda: ready(base), "loadext /readyz")
         wait_for(
             lambda: (
                 all(n["signals"] for n in call(base + "/explain")["nodes"])
@@ -197,14 +185,6 @@ def _rates_settled(prom: PrometheusServer) -> bool:
     query = CPU_QUERY
     got = {r["metric"]["instance"]: float(r["value"][1]) for r in prom.query(query)}
     return set(got) == set(NODES) and all(abs(got[n] - cpu) < 0.02 for n, (cpu, _) in NODES.items())
-
-
-def _ready(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(base + "/readyz", timeout=1) as reply:
-            return reply.status == 200
-    except OSError:
-        return False
 
 
 def _explain(config_path: Path) -> str:

@@ -8,7 +8,6 @@ draws the panels from it.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import urllib.error
@@ -18,6 +17,7 @@ from typing import Any
 
 from harness.exporter import Exporter
 from harness.kubernetes import Process, wait_until
+from harness.loadext import ready, serve_argv
 from harness.prometheus import PrometheusServer, free_port
 
 NODES = {f"worker-{i}": ((i * 23) % 100 / 100, (i * 41) % 100 / 100) for i in range(1, 9)}
@@ -54,20 +54,7 @@ class LiveStack:
         self.config_path.write_text(CONFIG.format(url=self.prometheus.url))
         self.url = f"http://127.0.0.1:{self.loadext_port}"
         self.loadext = Process(
-            "loadext",
-            [
-                sys.executable,
-                "-m",
-                "loadext",
-                "serve",
-                "--config",
-                str(self.config_path),
-                "--listen",
-                f"127.0.0.1:{self.loadext_port}",
-                "--reload-interval",
-                "200ms",
-            ],
-            workdir,
+            "loadext", serve_argv(self.config_path, self.loadext_port, "--reload-interval", "200ms"), workdir
         )
         self._stop = threading.Event()
         self._traffic: threading.Thread | None = None
@@ -88,11 +75,7 @@ class LiveStack:
         self.exporter.set_gauge("stack_memory", memory, node=node)
 
     def start(self) -> LiveStack:
-        wait_until(
-            lambda: urllib.request.urlopen(self.url + "/readyz", timeout=1).status == 200,
-            "loadext",
-            process=self.loadext,
-        )
+        wait_until(lambda: ready(self.url), "loadext", process=self.loadext)
         self._traffic = threading.Thread(target=self._schedule_forever, daemon=True)
         self._traffic.start()
         return self

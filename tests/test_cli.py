@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from harness.exporter import Exporter
+from harness.loadext import serve_argv, wait_ready
 from harness.prometheus import PrometheusServer, free_port
 from tests.conftest import fixture_bytes, live_config
 from tests.test_prometheus import set_load
@@ -25,19 +26,6 @@ def get(url: str) -> tuple[int, bytes]:
             return reply.status, reply.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
-
-
-def wait_until_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "loadext exited early"
-        try:
-            if get(url + "/readyz")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError("loadext never became ready")
 
 
 def test_serve_answers_the_scheduler_and_stops_cleanly_on_sigterm(
@@ -55,23 +43,12 @@ def test_serve_answers_the_scheduler_and_stops_cleanly_on_sigterm(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loadext",
-            "serve",
-            "--config",
-            str(config),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--path-prefix",
-            "/scheduler",
-        ],
+        serve_argv(config, port, "--path-prefix", "/scheduler"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
     try:
-        wait_until_ready(url, proc)
+        wait_ready(url, lambda: proc.poll() is None)
         request = urllib.request.Request(
             url + "/scheduler/filter",
             data=fixture_bytes("filter-names.json"),

@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
+from harness.loadext import serve_argv, wait_ready
 from harness.prometheus import free_port
 from loadext.logs import redact
 
@@ -29,32 +27,10 @@ def test_serve_logs_json_lines(tmp_path: Path) -> None:
     )
     port = free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loadext",
-            "--log-format",
-            "json",
-            "serve",
-            "--config",
-            str(config),
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
+        serve_argv(config, port, options=["--log-format", "json"]), stderr=subprocess.PIPE, text=True
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "loadext never became ready"
-            time.sleep(0.05)
+        wait_ready(f"http://127.0.0.1:{port}", lambda: proc.poll() is None)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=20)

@@ -7,11 +7,11 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from harness.certs import make_ca, make_cert
+from harness.loadext import serve_argv, wait_ready
 from harness.prometheus import free_port
 from tests.conftest import fixture_bytes
 
@@ -45,15 +45,9 @@ def test_mtls_and_certificate_rotation(tmp_path: Path) -> None:
     )
     port = free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loadext",
-            "serve",
-            "--config",
-            str(config),
-            "--listen",
-            f"127.0.0.1:{port}",
+        serve_argv(
+            config,
+            port,
             "--tls-cert",
             str(server[0]),
             "--tls-key",
@@ -62,7 +56,7 @@ def test_mtls_and_certificate_rotation(tmp_path: Path) -> None:
             str(ca[0]),
             "--reload-interval",
             "200ms",
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -70,14 +64,8 @@ def test_mtls_and_certificate_rotation(tmp_path: Path) -> None:
     client.load_cert_chain(str(scheduler[0]), str(scheduler[1]))
     anonymous = ssl.create_default_context(cafile=str(ca[0]))
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                reply = post_filter(port, client)
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "loadext never served TLS"
-                time.sleep(0.1)
+        wait_ready(f"https://127.0.0.1:{port}", lambda: proc.poll() is None, context=client)
+        reply = post_filter(port, client)
         assert reply.startswith(b"HTTP/1.1 200") and b'"NodeNames"' in reply
 
         try:  # no client certificate: the server aborts the handshake (TLS 1.3 reports it on read)

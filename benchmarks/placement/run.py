@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.exporter import Exporter  # noqa: E402
 from harness.kubernetes import ControlPlane, build_components, wait_until  # noqa: E402
+from harness.loadext import ready, serve_argv  # noqa: E402
 from harness.prometheus import PrometheusServer, free_port, scrape_config  # noqa: E402
 
 CORES = 16
@@ -240,22 +241,8 @@ def main() -> int:
             )
         )
         port = free_port()
-        loadext = plane.spawn(
-            "loadext",
-            [
-                sys.executable,
-                "-m",
-                "loadext",
-                "serve",
-                "--config",
-                str(config),
-                "--kubeconfig",
-                str(plane.admin_kubeconfig),
-                "--listen",
-                f"127.0.0.1:{port}",
-            ],
-        )
-        wait_until(lambda: _ready(f"http://127.0.0.1:{port}"), "loadext", process=loadext)
+        loadext = plane.spawn("loadext", serve_argv(config, port, "--kubeconfig", str(plane.admin_kubeconfig)))
+        wait_until(lambda: ready(f"http://127.0.0.1:{port}"), "loadext", process=loadext)
         shipped = yaml.safe_load(
             next(
                 d
@@ -303,13 +290,6 @@ def main() -> int:
         prom.stop()
         exporter.close()
     return 0
-
-
-def _ready(url: str) -> bool:
-    import urllib.request
-
-    with urllib.request.urlopen(url + "/readyz", timeout=1) as reply:
-        return bool(reply.status == 200)
 
 
 def table(results: dict[str, Any]) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from kubernetes import client
 
 from harness.faultproxy import FaultProxy
 from harness.kubernetes import ROOT, ControlPlane, Process, build_components, wait_until
+from harness.loadext import LOADEXT
 from harness.prometheus import free_port
 from loadext.config import parse_config
 
@@ -121,9 +121,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, proxy: FaultProxy) -> Iter
         process = plane.spawn(
             "loadext",
             [
-                sys.executable,
-                "-m",
-                "loadext",
+                *LOADEXT,
                 "serve",
                 "--configmap",
                 "loadext/loadext-config",

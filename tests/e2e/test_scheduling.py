@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import sys
 import time
 import urllib.request
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from harness.certs import make_ca, make_cert
 from harness.exporter import Exporter
 from harness.kubernetes import ROOT, wait_until
+from harness.loadext import serve_argv
 from harness.prometheus import free_port
 from tests.e2e.conftest import CASE_LABEL, E2E_NAMESPACE, Cluster, e2e_config, render, shipped_scheduler_config
 
@@ -225,22 +225,9 @@ def test_the_real_scheduler_over_mtls(cluster: Cluster, exporter: Exporter, slug
     port = free_port()
     loadext = cluster.plane.spawn(
         f"loadext-mtls-{slug}",
-        [
-            sys.executable,
-            "-m",
-            "loadext",
-            "serve",
-            "--config",
-            str(config),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--tls-cert",
-            str(server[0]),
-            "--tls-key",
-            str(server[1]),
-            "--tls-client-ca",
-            str(ca[0]),
-        ],
+        serve_argv(
+            config, port, "--tls-cert", str(server[0]), "--tls-key", str(server[1]), "--tls-client-ca", str(ca[0])
+        ),
     )
     shipped = shipped_scheduler_config(cluster.plane, "base")
     shipped["profiles"][0]["schedulerName"] = "loadext-scheduler-mtls"
