@@ -138,17 +138,26 @@ func decode(w http.ResponseWriter, r *http.Request, into any) bool {
 	return true
 }
 
-func filter(w http.ResponseWriter, r *http.Request) {
+// decodeArgs reads a filter or prioritize body; false means a 400 was already written.
+func decodeArgs(w http.ResponseWriter, r *http.Request) (*extenderArgs, []candidate, bool) {
 	var a extenderArgs
 	if !decode(w, r, &a) {
-		return
+		return nil, nil, false
 	}
 	nodes, err := candidates(&a)
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
+		return nil, nil, false
+	}
+	return &a, nodes, true
+}
+
+func filter(w http.ResponseWriter, r *http.Request) {
+	a, nodes, ok := decodeArgs(w, r)
+	if !ok {
 		return
 	}
-	exempt := isDaemonSet(&a)
+	exempt := isDaemonSet(a)
 	var passed []candidate
 	failed := map[string]string{}
 	for _, c := range nodes {
@@ -191,13 +200,8 @@ type hostPriority struct {
 }
 
 func prioritize(w http.ResponseWriter, r *http.Request) {
-	var a extenderArgs
-	if !decode(w, r, &a) {
-		return
-	}
-	nodes, err := candidates(&a)
-	if err != nil {
-		w.WriteHeader(http.StatusBadRequest)
+	_, nodes, ok := decodeArgs(w, r)
+	if !ok {
 		return
 	}
 	out := make([]hostPriority, len(nodes))
