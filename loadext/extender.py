@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
@@ -158,15 +158,17 @@ class Extender:
         self.directory.observe(names, addresses)
         table = self.table()
         if self.config.node_identity.kind == "name":
+            identities: list[str | None] = list(names)
             measured = list(map(table.by_identity.__getitem__, names))
         else:
-            measured = [table.verdict(self.identity(name, addresses.get(name, ()), table)) for name in names]
+            identities = [self.identity(name, addresses.get(name, ()), table) for name in names]
+            measured = list(map(table.verdict, identities))
         if not self.config.herd_guard.enabled or table.degraded:
             return measured
         incoming = Usage()
         if args is not None and args.pod is not None:
             incoming = self._estimates[args.pod.uid] = self.estimate(args.pod)
-        return self._guarded(names, measured, addresses, table, incoming)
+        return self._guarded(names, identities, measured, table, incoming)
 
     def estimate(self, pod: PodRef | BoundPod) -> Usage:
         guard = self.config.herd_guard
@@ -198,8 +200,8 @@ class Extender:
     def _guarded(
         self,
         names: list[str],
+        identities: list[str | None],
         measured: list[Verdict],
-        addresses: Mapping[str, tuple[str, ...]],
         table: DecisionTable,
         incoming: Usage,
     ) -> list[Verdict]:
@@ -207,14 +209,13 @@ class Extender:
         in_flight = self.inflight.per_node(now)
         snapshot = self.cache.snapshot
         out = []
-        for name, verdict in zip(names, measured, strict=True):
+        for name, identity, verdict in zip(names, identities, measured, strict=True):
             usage, placements = in_flight.get(name, (Usage(), 0))
             if guard.burst_cap and placements >= guard.burst_cap:
                 out.append(burst_verdict(placements, guard.window))
                 continue
             capacity = self.directory.allocatable(name)
             extra = usage + incoming
-            identity = self.identity(name, addresses.get(name, ()), table)
             samples = snapshot.by_identity.get(identity) if identity else None
             if not capacity or not samples or (extra.cpu == 0 and extra.memory == 0):
                 out.append(verdict)  # nothing to add, or nothing to add it to

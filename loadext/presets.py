@@ -18,7 +18,6 @@ class Preset:
     queries: dict[str, str]
     identity_label: str
     identity_kind: str  # "name" or "address"
-    description: str
 
 
 PRESETS: dict[str, Preset] = {
@@ -33,7 +32,6 @@ PRESETS: dict[str, Preset] = {
         },
         identity_label="node",
         identity_kind="name",
-        description="Helm kube-prometheus-stack recording rules joined to node names via KSM",
     ),
     # jsonnet kube-prometheus relabels the node name into `instance`.
     "kube-prometheus": Preset(
@@ -43,7 +41,6 @@ PRESETS: dict[str, Preset] = {
         },
         identity_label="instance",
         identity_kind="name",
-        description="jsonnet kube-prometheus recording rules; instance holds the node name",
     ),
     # Plain Prometheus scraping node_exporter by IP:port, no recording rules: loadext maps the
     # address to the Node's InternalIP itself.
@@ -55,7 +52,6 @@ PRESETS: dict[str, Preset] = {
         },
         identity_label="instance",
         identity_kind="address",
-        description="raw node_exporter series scraped by address; matched to Node InternalIPs",
     ),
     # No node-exporter at all: pod usage from cAdvisor over allocatable from KSM. System
     # daemons are not counted, so the numbers read lower than the node-exporter presets.
@@ -72,7 +68,6 @@ PRESETS: dict[str, Preset] = {
         },
         identity_label="node",
         identity_kind="name",
-        description="cAdvisor container usage over KSM allocatable; node label from the kubelet",
     ),
 }
 

@@ -267,22 +267,12 @@ class _MetaPod(msgspec.Struct):
     UID: NonEmpty
 
 
-class _MetaVictims(msgspec.Struct):
-    Pods: list[_MetaPod] | None = None
-    NumPDBViolations: int = 0
-
-
 class _PodUID(msgspec.Struct):
     uid: NonEmpty
 
 
 class _FullPod(msgspec.Struct):
     metadata: _PodUID
-
-
-class _FullVictims(msgspec.Struct):
-    Pods: list[_FullPod] | None = None
-    NumPDBViolations: int = 0
 
 
 _META_VICTIMS = msgspec.json.Decoder(dict[str, dict[str, msgspec.Raw]] | None)
