@@ -83,10 +83,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--path-prefix", default="/", help="path before the verbs, matching urlPrefix (default /)")
     serve.add_argument(
+        "--metrics-listen",
+        type=parse_listen,
+        help="also serve /metrics, /healthz and /readyz over plain HTTP on HOST:PORT (for Prometheus and "
+        "kubelet probes when the main port requires client certificates)",
+    )
+    limits = serve.add_argument_group("limits (HTTP 413, 408 and 503 with a JSON body)")
+    limits.add_argument(
         "--max-body-size",
         type=parse_size,
         default="256Mi",
         help="largest request body accepted (default 256Mi; non-cache requests carry ~7.5 KB per node)",
+    )
+    limits.add_argument(
+        "--header-timeout",
+        type=_duration,
+        default="5s",
+        help="time from a request's first byte to its last header (default 5s)",
+    )
+    limits.add_argument(
+        "--body-timeout", type=_duration, default="10s", help="time to read a request body (default 10s)"
+    )
+    limits.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        default=64,
+        help="extender requests read or answered at once; more get 503 + Retry-After (default 64)",
+    )
+    limits.add_argument(
+        "--max-inflight-bytes",
+        type=parse_size,
+        default="1Gi",
+        help="sum of the bodies of concurrent requests (unknown lengths count as --max-body-size); "
+        "more get 503 + Retry-After (default 1Gi)",
+    )
+    lifecycle = serve.add_argument_group("shutdown on SIGTERM (fit both in terminationGracePeriodSeconds)")
+    lifecycle.add_argument(
+        "--shutdown-delay",
+        type=_duration,
+        default="5s",
+        help="keep serving this long after readiness turns false, while endpoints update (default 5s)",
+    )
+    lifecycle.add_argument(
+        "--shutdown-timeout",
+        type=_duration,
+        default="15s",
+        help="then wait this long at most for requests in flight (default 15s)",
     )
     serve.add_argument(
         "--reload-interval",
@@ -167,12 +209,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
-
-    from loadext import kube
+    from loadext import kube, lifecycle
+    from loadext.limits import Limits
     from loadext.refresher import Refresher
     from loadext.reload import ConfigFileWatcher, ConfigReloader
-    from loadext.server import ConfigMapRef, Runtime, create_app, install_event_loop
+    from loadext.server import ConfigMapRef, Runtime, create_app, create_ops_app, install_event_loop
 
     wants_api = args.kubeconfig or args.configmap or args.watch_nodes
     api = kube.api_client(args.kubeconfig) if wants_api else None
@@ -211,8 +252,15 @@ def _serve(args: argparse.Namespace) -> int:
         kube_api=api,
         # The herd guard needs Node allocatable: with it on at start, watch Nodes as well.
         watch_nodes=args.watch_nodes or config.herd_guard.enabled,
+        limits=Limits(
+            max_body_size=args.max_body_size,
+            header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
+            max_concurrent=args.max_concurrent_requests,
+            max_inflight_bytes=args.max_inflight_bytes,
+        ),
     )
-    app = create_app(runtime, args.path_prefix, args.max_body_size)
+    app = create_app(runtime, args.path_prefix)
     host, port = args.listen
     log.info(
         "loadext %s serving on %s:%d%s (config from %s, hash %s)",
@@ -231,8 +279,24 @@ def _serve(args: argparse.Namespace) -> int:
             raise OSError("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")
         context = tls.server_context(args.tls_cert, args.tls_key, args.tls_client_ca)
         app.cleanup_ctx.append(tls.reloader(context, args.tls_cert, args.tls_key, args.reload_interval))
+    listeners = [lifecycle.Listener(app, host, port, context)]
+    if args.metrics_listen:
+        listeners.append(lifecycle.Listener(create_ops_app(runtime), *args.metrics_listen))
+        log.info("metrics and probes also on plain http://%s:%d", *args.metrics_listen)
+
+    def drain() -> None:
+        runtime.draining = True
+
     install_event_loop()
-    web.run_app(app, host=host, port=port, ssl_context=context, access_log=None, print=None, shutdown_timeout=10)
+    asyncio.run(
+        lifecycle.serve(
+            listeners,
+            runtime.limits.header_timeout,
+            lifecycle.Shutdown(args.shutdown_delay, args.shutdown_timeout),
+            on_drain=drain,
+            on_header_timeout=telemetry.slow_clients.labels("header").inc,
+        )
+    )
     return 0
 
 

@@ -46,6 +46,14 @@ class MappingReport:
     unmatched_series: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A verb's reply body and what it decided, for the request log line."""
+
+    body: bytes
+    summary: dict[str, Any]
+
+
 @dataclass
 class Extender:
     config: Config
@@ -225,9 +233,9 @@ class Extender:
             out.append(judge(with_extra_load(samples, ratios), self.config, now, pool))
         return out
 
-    def _count_rejections(self, reasons: Iterable[str], verdicts: Iterable[Verdict] = ()) -> None:
+    def _count_rejections(self, reasons: Tally[str], verdicts: Iterable[Verdict] = ()) -> None:
         causes = self.table().causes
-        for reason, nodes in Tally(reasons).items():
+        for reason, nodes in reasons.items():
             pairs = causes.get(reason)
             if pairs is None:  # a reason made per request (herd guard): read it off its verdict
                 pairs = next((v.rejected_by for v in verdicts if v.reason == reason), ())
@@ -244,7 +252,7 @@ class Extender:
         decision = Decision(verb, self.clock(), args.names, identities, verdicts, self.cache.snapshot, self.config)
         self.decisions.record(args.pod.key, decision)
 
-    def filter(self, args: ExtenderArgs) -> bytes:
+    def filter(self, args: ExtenderArgs) -> Answer:
         verdicts = self.verdicts(args.names, args)
         self._remember("filter", args, verdicts)
         if args.pod is not None and args.pod.is_daemonset:
@@ -254,38 +262,44 @@ class Extender:
             flags = list(map(_PASSED, verdicts))
             passed = list(compress(range(len(flags)), flags))
             rejected = {name: v.reason for name, v, ok in zip(args.names, verdicts, flags, strict=True) if not ok}
-            if rejected:
-                self._count_rejections(rejected.values(), verdicts)
+        reasons = Tally(rejected.values())
+        if rejected:
+            self._count_rejections(reasons, verdicts)
         self.telemetry.passed_nodes.inc(len(passed))
         if rejected:
             self.telemetry.rejected_nodes.inc(len(rejected))
         if args.names and not passed:
             self.telemetry.no_fit.inc()
         unresolvable = self.config.rejected_nodes == "unresolvable"
-        return encode_filter_result(
+        body = encode_filter_result(
             args, passed, failed={} if unresolvable else rejected, unresolvable=rejected if unresolvable else {}
         )
+        return Answer(body, {"nodes": len(args.names), "passed": len(passed), "rejected": dict(reasons)})
 
-    def prioritize(self, args: ExtenderArgs) -> bytes:
+    def prioritize(self, args: ExtenderArgs) -> Answer:
         verdicts = self.verdicts(args.names, args)
         self._remember("prioritize", args, verdicts)
         scores = [verdict.score for verdict in verdicts]
         for score, count in Tally(scores).items():
             self.telemetry.score_counters[score].inc(count)
-        if scores and self.config.per_node_metrics:
-            self.telemetry.preferred_counter(args.names[scores.index(max(scores))]).inc()
-        return encode_host_priority_list(list(zip(args.names, scores, strict=True)))
+        summary: dict[str, Any] = {"nodes": len(args.names)}
+        if scores:
+            best = scores.index(max(scores))
+            summary["best"] = {"node": args.names[best], "score": scores[best]}
+            if self.config.per_node_metrics:
+                self.telemetry.preferred_counter(args.names[best]).inc()
+        return Answer(encode_host_priority_list(list(zip(args.names, scores, strict=True))), summary)
 
-    def preempt(self, args: PreemptionArgs) -> bytes:
+    def preempt(self, args: PreemptionArgs) -> Answer:
         """Keep the scheduler's victims, but only on nodes loadext's filter would accept."""
         if args.pod is not None and args.pod.is_daemonset:
-            return encode_preemption_result(args.victims)
-        names = list(args.victims)
-        verdicts = self.verdicts(names)
-        self._count_rejections((v.reason for v in verdicts if not v.passed), verdicts)
-        return encode_preemption_result(
-            {name: args.victims[name] for name, verdict in zip(names, verdicts, strict=True) if verdict.passed}
-        )
+            kept = args.victims
+        else:
+            names = list(args.victims)
+            verdicts = self.verdicts(names)
+            self._count_rejections(Tally(v.reason for v in verdicts if not v.passed), verdicts)
+            kept = {name: args.victims[name] for name, verdict in zip(names, verdicts, strict=True) if verdict.passed}
+        return Answer(encode_preemption_result(kept), {"nodes": len(args.victims), "passed": len(kept)})
 
     # --- observability --------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """aiohttp glue: the four extender verbs under a path prefix, plus health, metrics and explain.
 
-Every verb answers 200 with a protocol body, or 400 with a JSON body naming what is wrong with
-the request. Nothing on this path waits on Prometheus; bind alone waits on the API server, in a
-worker thread, so concurrent binds never stall filter calls.
+Every verb answers 200 with a protocol body, or a JSON error body: 400 naming what is wrong with
+the request, 413 too large, 408 too slow, 503 over the concurrency caps (limits.py). Nothing on
+this path waits on Prometheus; bind alone waits on the API server, in a worker thread, so
+concurrent binds never stall filter calls. Each call is logged as one line (loadext.requests).
 """
 
 from __future__ import annotations
@@ -11,20 +12,25 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from loadext import kube
-from loadext.extender import Extender
+from loadext import kube, logs
+from loadext.extender import Answer, Extender
 from loadext.herd import allocatable
+from loadext.limits import Admission, Limits, track_handling
+from loadext.logs import request_id
 from loadext.protocol import (
     BindingArgs,
     ExtenderArgs,
+    PodRef,
     ProtocolError,
     decode_binding_args,
     decode_extender_args,
@@ -33,11 +39,13 @@ from loadext.protocol import (
 )
 from loadext.refresher import Refresher
 from loadext.reload import ConfigFileWatcher, ConfigReloader
+from loadext.telemetry import OUTCOMES
 
 log = logging.getLogger(__name__)
+request_log = logging.getLogger("loadext.requests")
 
-DEFAULT_MAX_BODY = 256 * 1024 * 1024  # a 5000-node non-cache request is ~37 MB
 JSON = "application/json"
+OPS_PATHS = ("/healthz", "/readyz", "/metrics")
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,13 @@ class Runtime:
     reloader: ConfigReloader | None = None
     kube_api: Any = None
     watch_nodes: bool = False
+    limits: Limits = field(default_factory=Limits)
+    draining: bool = False  # set on SIGTERM: readiness false, connections closed after each reply
+    admission: Admission = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.admission = Admission(self.limits)
+        self.extender.telemetry.in_flight.set_function(lambda: self.admission.requests)
 
 
 def install_event_loop() -> None:
@@ -75,43 +90,120 @@ def normalise_prefix(prefix: str) -> str:
     return f"/{stripped}" if stripped else ""
 
 
-def _json_error(status: int, verb: str, message: str) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps({"error": message, "verb": verb}), content_type=JSON)
+def _json_error(status: int, verb: str, message: str, **headers: str) -> web.Response:
+    response = web.Response(
+        status=status, body=orjson.dumps({"error": message, "verb": verb}), content_type=JSON, headers=headers
+    )
+    if status in (408, 413, 503):  # the body may be unread or half-read: this connection is done
+        response.force_close()
+    return response
 
 
 def _verb_handler(
-    runtime: Runtime, verb: str, answer: Callable[[bytes], Awaitable[bytes]]
+    runtime: Runtime, verb: str, answer: Callable[[bytes], Awaitable[Answer]]
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     telemetry = runtime.extender.telemetry
+    limits = runtime.limits
+    admission = runtime.admission
     duration = telemetry.request_duration.labels(verb)
-    outcomes = {o: telemetry.requests.labels(verb, o) for o in ("ok", "bad_request", "error")}
+    outcomes = {o: telemetry.requests.labels(verb, o) for o in OUTCOMES}
 
     async def handle(request: web.Request) -> web.Response:
         started = time.perf_counter()
+        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+        request_id.set(rid)
         outcome = "ok"
+        summary: dict[str, Any] = {}
+        length = request.content_length
+        if length is not None and length > limits.max_body_size:
+            outcomes["bad_request"].inc()
+            return _json_error(413, verb, f"request body too large: {length} bytes is over --max-body-size")
+        reserved = admission.admit(length)
+        if reserved is None:
+            outcomes["overloaded"].inc()
+            message = f"{admission.requests} requests in flight; retry later (see --max-concurrent-requests)"
+            return _json_error(503, verb, message, **{"Retry-After": "1", "X-Request-Id": rid})
         try:
-            body = await request.read()
-            return web.Response(body=await answer(body), content_type=JSON)
+            body = await asyncio.wait_for(request.read(), limits.body_timeout)
+            reply = await answer(body)
+            summary = reply.summary
+            return web.Response(body=reply.body, content_type=JSON, headers={"X-Request-Id": rid})
         except ProtocolError as exc:
             outcome = "bad_request"
-            return _json_error(400, verb, str(exc))
+            return _json_error(400, verb, str(exc), **{"X-Request-Id": rid})
         except web.HTTPRequestEntityTooLarge as exc:
             outcome = "bad_request"
             return _json_error(413, verb, f"request body too large ({exc.text}); raise --max-body-size")
+        except TimeoutError:
+            outcome = "timeout"
+            telemetry.slow_clients.labels("body").inc()
+            return _json_error(408, verb, f"request body not received within {limits.body_timeout:g}s")
         except Exception as exc:  # a bug: say so in JSON, keep serving
             outcome = "error"
             log.exception("%s failed", verb)
-            return _json_error(500, verb, f"internal error: {type(exc).__name__}: {exc}")
+            return _json_error(500, verb, f"internal error: {type(exc).__name__}: {exc}", **{"X-Request-Id": rid})
         finally:
+            admission.release(reserved)
             outcomes[outcome].inc()
-            duration.observe(time.perf_counter() - started)
+            took = time.perf_counter() - started
+            duration.observe(took)
+            if request_log.isEnabledFor(logging.INFO):
+                _log_request(verb, outcome, took, summary)
 
     return handle
 
 
-def create_app(runtime: Runtime, path_prefix: str = "/", max_body_size: int = DEFAULT_MAX_BODY) -> web.Application:
+def _log_request(verb: str, outcome: str, took: float, summary: dict[str, Any]) -> None:
+    """One line per extender call: what was asked, what loadext decided, how long it took."""
+    fields = {"verb": verb, "outcome": outcome, "duration_ms": round(took * 1000, 3), **summary}
+    request_log.info("%s %s %s", verb, summary.get("pod", "-"), outcome, extra={"fields": fields})
+
+
+@web.middleware
+async def _edges(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Per request, for every route: the header deadline learns its headers are in, and while
+    draining each reply closes its connection so the client reconnects elsewhere."""
+    response: web.StreamResponse = await track_handling(request, handler)
+    if request.app[RUNTIME].draining:
+        response.force_close()
+    return response
+
+
+RUNTIME = web.AppKey("runtime", Runtime)
+
+
+def _ops_routes(app: web.Application, runtime: Runtime) -> None:
+    """Health and metrics: on the main port, and alone on the plain --metrics-listen port."""
     extender = runtime.extender
-    app = web.Application(client_max_size=max_body_size)
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if runtime.draining:
+            return web.Response(status=503, text="shutting down\n")
+        if extender.ready:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="waiting for the first refresh\n")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", make_aiohttp_handler(extender.telemetry.registry))
+
+
+def create_ops_app(runtime: Runtime) -> web.Application:
+    """The plain-HTTP port beside an mTLS main port: kubelet probes and Prometheus scrapes
+    carry no client certificate. Only read-only health and metrics; no verbs, no explain."""
+    app = web.Application(middlewares=[_edges])
+    app[RUNTIME] = runtime
+    _ops_routes(app, runtime)
+    return app
+
+
+def create_app(runtime: Runtime, path_prefix: str = "/") -> web.Application:
+    extender = runtime.extender
+    app = web.Application(client_max_size=runtime.limits.max_body_size, middlewares=[_edges])
+    app[RUNTIME] = runtime
     prefix = normalise_prefix(path_prefix)
 
     def extender_args(body: bytes) -> ExtenderArgs:
@@ -119,17 +211,23 @@ def create_app(runtime: Runtime, path_prefix: str = "/", max_body_size: int = DE
         details = config.node_identity.kind == "address" or bool(config.pools) or config.herd_guard.enabled
         return decode_extender_args(body, node_details=details)
 
-    async def do_filter(body: bytes) -> bytes:
-        return extender.filter(extender_args(body))
+    async def do_filter(body: bytes) -> Answer:
+        args = extender_args(body)
+        return _with_pod(extender.filter(args), args.pod)
 
-    async def do_prioritize(body: bytes) -> bytes:
-        return extender.prioritize(extender_args(body))
+    async def do_prioritize(body: bytes) -> Answer:
+        args = extender_args(body)
+        return _with_pod(extender.prioritize(args), args.pod)
 
-    async def do_preempt(body: bytes) -> bytes:
-        return extender.preempt(decode_preemption_args(body))
+    async def do_preempt(body: bytes) -> Answer:
+        args = decode_preemption_args(body)
+        return _with_pod(extender.preempt(args), args.pod)
 
-    async def do_bind(body: bytes) -> bytes:
-        return encode_binding_result(await _bind(runtime, decode_binding_args(body)))
+    async def do_bind(body: bytes) -> Answer:
+        args = decode_binding_args(body)
+        error = await _bind(runtime, args)
+        summary = {"pod": f"{args.pod_namespace}/{args.pod_name}", "node": args.node, "error": error or None}
+        return Answer(encode_binding_result(error), summary)
 
     for verb, answer in (
         ("filter", do_filter),
@@ -138,14 +236,6 @@ def create_app(runtime: Runtime, path_prefix: str = "/", max_body_size: int = DE
         ("bind", do_bind),
     ):
         app.router.add_post(f"{prefix}/{verb}", _verb_handler(runtime, verb, answer))
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def readyz(_: web.Request) -> web.Response:
-        if extender.ready:
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="waiting for the first refresh\n")
 
     async def explain(request: web.Request) -> web.Response:
         pod = request.query.get("pod")
@@ -161,12 +251,30 @@ def create_app(runtime: Runtime, path_prefix: str = "/", max_body_size: int = DE
             report["nodes"] = [row for row in report["nodes"] if row["node"] == node]
         return web.Response(body=orjson.dumps(report, option=orjson.OPT_INDENT_2), content_type=JSON)
 
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    async def get_log_level(_: web.Request) -> web.Response:
+        return web.Response(text=logs.level() + "\n")
+
+    async def put_log_level(request: web.Request) -> web.Response:
+        wanted = (await request.text()).strip().lower()
+        try:
+            logs.set_level(wanted)
+        except ValueError as exc:
+            return web.Response(status=400, body=orjson.dumps({"error": str(exc)}), content_type=JSON)
+        log.warning("log level set to %s through /debug/loglevel", wanted)
+        return web.Response(text=wanted + "\n")
+
+    _ops_routes(app, runtime)
     app.router.add_get("/explain", explain)
-    app.router.add_get("/metrics", make_aiohttp_handler(extender.telemetry.registry))
+    app.router.add_get("/debug/loglevel", get_log_level)
+    app.router.add_put("/debug/loglevel", put_log_level)
     app.cleanup_ctx.append(_background(runtime))
     return app
+
+
+def _with_pod(answer: Answer, pod: PodRef | None) -> Answer:
+    if pod is not None:
+        answer.summary["pod"] = pod.key
+    return answer
 
 
 async def _bind(runtime: Runtime, args: BindingArgs) -> str:

@@ -19,6 +19,8 @@ from loadext import __version__
 from loadext.policy import NodeState
 
 VERBS = ("filter", "prioritize", "preempt", "bind")
+# bad_request: 400 or 413; timeout: 408 (body too slow); overloaded: 503 (limits.py); error: 500.
+OUTCOMES = ("ok", "bad_request", "timeout", "overloaded", "error")
 # From 250 us to the scheduler's default 5 s extender timeout.
 LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 QUERY_ERROR_KINDS = (
@@ -88,6 +90,17 @@ class Telemetry:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.in_flight = Gauge(
+            "loadext_requests_in_flight", "Extender requests being read or answered now.", registry=r
+        )
+        self.slow_clients = Counter(
+            "loadext_client_read_timeouts",
+            "Requests cut because the client sent too slowly, by phase (header: 408 and close; body: 408).",
+            ["phase"],
+            registry=r,
+        )
+        for phase in ("header", "body"):
+            self.slow_clients.labels(phase)
         self.node_rejections = Counter(
             "loadext_node_rejections",
             "Nodes refused by filter or preempt, by signal and cause (threshold, missing, degraded).",
@@ -180,7 +193,7 @@ class Telemetry:
         build.info({"version": __version__, "python_version": platform.python_version()})
         for verb in VERBS:
             self.request_duration.labels(verb)
-            for outcome in ("ok", "bad_request", "error"):
+            for outcome in OUTCOMES:
                 self.requests.labels(verb, outcome)
         for result in ("success", "failure"):
             self.config_reloads.labels(result)

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient
 
 from loadext.config import parse_config
 from loadext.extender import Extender
+from loadext.limits import Limits
 from loadext.server import Runtime, create_app
 from loadext.telemetry import Telemetry
 from tests.conftest import fixture_bytes
@@ -45,8 +46,11 @@ def make_extender(
     return extender
 
 
-async def client_for(aiohttp_client: Any, extender: Extender, **app_args: Any) -> TestClient[Any, Any]:
-    client: TestClient[Any, Any] = await aiohttp_client(create_app(Runtime(extender), **app_args))
+async def client_for(
+    aiohttp_client: Any, extender: Extender, path_prefix: str = "/", limits: Limits | None = None
+) -> TestClient[Any, Any]:
+    runtime = Runtime(extender, limits=limits or Limits())
+    client: TestClient[Any, Any] = await aiohttp_client(create_app(runtime, path_prefix))
     return client
 
 
@@ -185,7 +189,7 @@ async def test_large_non_cache_requests_pass_the_body_limit(aiohttp_client: Any)
     status, reply = await post(client, "/filter", body)
     assert status == 200 and len(reply["Nodes"]["items"]) == 300
 
-    small = await client_for(aiohttp_client, make_extender(), max_body_size=1024 * 1024)
+    small = await client_for(aiohttp_client, make_extender(), limits=Limits(max_body_size=1024 * 1024))
     status, reply = await post(small, "/filter", body)
     assert status == 413
     assert "too large" in reply["error"] and reply["verb"] == "filter"

@@ -1,0 +1,168 @@
+"""What a slow, greedy or hostile client can cost loadext, and the cap on each.
+
+aiohttp bounds header sizes and the body size, but not time, concurrency or the sum of the
+bodies being read. A client that trickles its headers keeps a connection forever; one that
+trickles its body holds a request slot; many large bodies at once add up to more memory than
+the pod has. So:
+
+- header read timeout (connection level): a request whose headers have not all arrived this
+  long after its first byte gets `408` and the connection is closed. The clock starts at the
+  first byte, not at accept, so an idle keep-alive connection (the scheduler's Go client keeps
+  them) is never cut mid-reuse; idle connections are aiohttp's keepalive timeout's job.
+- body read timeout: `408` (outcome `timeout`), connection closed.
+- concurrent requests and body bytes in flight: beyond either cap, `503` with `Retry-After`
+  (outcome `overloaded`) before a byte of the body is read. A body of unknown length
+  (chunked) reserves the largest allowed size. One request is always admitted when none is in
+  flight, so a cap below --max-body-size cannot refuse everything.
+
+Worst-case memory for bodies is therefore about max(--max-inflight-bytes, --max-body-size).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_size: int = 256 * 1024 * 1024  # a 5000-node non-cache request is ~37 MB
+    header_timeout: float = 5.0
+    body_timeout: float = 10.0
+    max_concurrent: int = 64
+    max_inflight_bytes: int = 1024 * 1024 * 1024
+
+
+class Admission:
+    """Counts requests and reserved body bytes in flight."""
+
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+        self.requests = 0
+        self.bytes = 0
+
+    def admit(self, content_length: int | None) -> int | None:
+        """The bytes reserved for this request, or None when it must wait for a later retry."""
+        reserve = self._limits.max_body_size if content_length is None else content_length
+        if self.requests and (
+            self.requests >= self._limits.max_concurrent or self.bytes + reserve > self._limits.max_inflight_bytes
+        ):
+            return None
+        self.requests += 1
+        self.bytes += reserve
+        return reserve
+
+    def release(self, reserved: int) -> None:
+        self.requests -= 1
+        self.bytes -= reserved
+
+
+def _timeout_reply() -> bytes:
+    body = b'{"error": "request headers not received within the header timeout"}'
+    head = (
+        "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+_TIMEOUT_REPLY = _timeout_reply()
+
+
+class HeaderDeadline(asyncio.Protocol):
+    """Wraps aiohttp's protocol for one connection: arms a timer at the first byte of each
+    request and disarms it when a handler starts (`started`), i.e. when the headers are in."""
+
+    def __init__(self, inner: asyncio.Protocol, timeout: float, on_expired: Callable[[], None]) -> None:
+        self._inner = inner
+        self._timeout = timeout
+        self._on_expired = on_expired
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._handling = 0
+
+    def started(self) -> None:
+        self._handling += 1
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def finished(self) -> None:
+        self._handling -= 1
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self._handling or self._transport is None or self._transport.is_closing():
+            return
+        self._on_expired()
+        self._transport.write(_TIMEOUT_REPLY)
+        self._transport.close()
+
+    # asyncio.Protocol, forwarded
+    def connection_made(self, transport: Any) -> None:
+        self._transport = transport
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._timer is None and not self._handling:
+            self._timer = asyncio.get_running_loop().call_later(self._timeout, self._expire)
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+
+class GuardedSite(web.TCPSite):
+    """aiohttp's TCPSite with every connection's protocol wrapped in a HeaderDeadline."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(runner, host, port, **kwargs)
+        self._header_timeout = header_timeout
+        self.on_header_timeout: Callable[[], None] = lambda: None
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+
+        def protocol() -> HeaderDeadline:
+            return HeaderDeadline(server(), self._header_timeout, self.on_header_timeout)
+
+        self._server = await asyncio.get_running_loop().create_server(
+            protocol, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog
+        )
+        self._bound_port = self._server.sockets[0].getsockname()[1]
+
+
+@web.middleware
+async def track_handling(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Tells the connection's HeaderDeadline that its headers are in and a handler runs."""
+    transport = request.transport
+    deadline = transport.get_protocol() if transport is not None else None
+    if not isinstance(deadline, HeaderDeadline):
+        return await handler(request)
+    deadline.started()
+    try:
+        return await handler(request)
+    finally:
+        deadline.finished()
