@@ -116,30 +116,32 @@ class ControlPlane:
             "etcd",
             process=etcd,
         )
-        apiserver = self.spawn(
-            "kube-apiserver",
-            [
-                str(self.bin / "kube-apiserver"),
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.port}",
-                f"--tls-cert-file={w / 'apiserver.crt'}",
-                f"--tls-private-key-file={w / 'apiserver.key'}",
-                f"--client-ca-file={self.ca}",
-                f"--token-auth-file={w / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                f"--service-account-key-file={w / 'sa.pub'}",
-                f"--service-account-signing-key-file={w / 'sa.key'}",
-                "--service-cluster-ip-range=10.96.0.0/16",
-                # No controller-manager runs, so nobody creates the default ServiceAccounts.
-                "--disable-admission-plugins=ServiceAccount",
-                f"--cert-dir={w / 'apiserver-certs'}",
-                "--profiling=false",
-                "--v=1",
-            ],
-        )
+        self._apiserver_argv = [
+            str(self.bin / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            f"--tls-cert-file={w / 'apiserver.crt'}",
+            f"--tls-private-key-file={w / 'apiserver.key'}",
+            f"--client-ca-file={self.ca}",
+            f"--token-auth-file={w / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={w / 'sa.pub'}",
+            f"--service-account-signing-key-file={w / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            # No controller-manager runs, so nobody creates the default ServiceAccounts.
+            "--disable-admission-plugins=ServiceAccount",
+            f"--cert-dir={w / 'apiserver-certs'}",
+            "--profiling=false",
+            "--v=1",
+        ]
+        self._apiserver = self._start_apiserver()
+        self.admin_kubeconfig = self.kubeconfig("admin", ADMIN_TOKEN)
+
+    def _start_apiserver(self) -> Process:
+        apiserver = self.spawn("kube-apiserver", self._apiserver_argv)
         context = ssl.create_default_context(cafile=str(self.ca))
 
         def ready() -> bool:
@@ -148,7 +150,16 @@ class ControlPlane:
                 return bool(reply.status == 200)
 
         wait_until(ready, "kube-apiserver /readyz", timeout=120, process=apiserver)
-        self.admin_kubeconfig = self.kubeconfig("admin", ADMIN_TOKEN)
+        return apiserver
+
+    def stop_apiserver(self) -> None:
+        """An API server outage: etcd and everything else keep running."""
+        self._apiserver.stop()
+        self.processes.remove(self._apiserver)
+
+    def start_apiserver(self) -> None:
+        """Back, on the same port with the same data."""
+        self._apiserver = self._start_apiserver()
 
     def spawn(self, name: str, argv: list[str]) -> Process:
         process = Process(name, argv, self.workdir)

@@ -101,19 +101,23 @@ def bound_pod(pod: Any) -> BoundPod | None:
 
 class ListWatch:
     """List, then watch from that resourceVersion; re-list on 410 Gone or any error, with a
-    capped backoff. `on_list` gets the full list, `on_event` each later change."""
+    capped backoff. `on_list` gets the full list (so whatever changed while the API server was
+    unreachable, deletions included, is replaced, not kept stale), `on_event` each later change,
+    `on_health` True after each successful list and False on each failure."""
 
     def __init__(
         self,
         list_call: Callable[..., Any],
         on_list: Callable[[list[Any]], None],
         on_event: Callable[[str, Any], None],
+        on_health: Callable[[bool], None] = lambda healthy: None,
         **list_args: Any,
     ) -> None:
         self.list_call = list_call
         self.list_args = list_args
         self.on_list = on_list
         self.on_event = on_event
+        self.on_health = on_health
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -122,6 +126,7 @@ class ListWatch:
             try:
                 listed = self.list_call(**self.list_args)
                 self.on_list(listed.items)
+                self.on_health(True)
                 backoff = 1.0
                 stream = watch.Watch().stream(
                     self.list_call,
@@ -142,6 +147,7 @@ class ListWatch:
                 log.warning("watch failed: %s", exc)
             else:
                 continue  # the watch ended normally (server timeout): watch again
+            self.on_health(False)
             self.stop.wait(backoff)
             backoff = min(backoff * 2, 30.0)
 

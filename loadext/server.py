@@ -316,6 +316,11 @@ def _background(runtime: Runtime) -> Callable[[web.Application], AsyncIterator[N
     return jobs
 
 
+def _health(runtime: Runtime, resource: str) -> Callable[[bool], None]:
+    gauge = runtime.extender.telemetry.watch_healthy.labels(resource)
+    return lambda healthy: gauge.set(1 if healthy else 0)
+
+
 def _watch_nodes(runtime: Runtime) -> kube.ListWatch | None:
     """Nodes from the API feed the directory on the loop thread (it is not thread-safe)."""
     if not runtime.watch_nodes:
@@ -346,7 +351,7 @@ def _watch_nodes(runtime: Runtime) -> kube.ListWatch | None:
                 directory.set_allocatable, node.metadata.name, allocatable(kube.node_allocatable(node))
             )
 
-    return kube.ListWatch(runtime.kube_api.list_node, on_list, on_event).start()
+    return kube.ListWatch(runtime.kube_api.list_node, on_list, on_event, _health(runtime, "nodes")).start()
 
 
 async def _supervise_pod_watch(runtime: Runtime) -> None:
@@ -387,7 +392,11 @@ def _watch_pods(runtime: Runtime) -> kube.ListWatch:
             loop.call_soon_threadsafe(extender.record_bound_pod, bound)
 
     return kube.ListWatch(
-        runtime.kube_api.list_pod_for_all_namespaces, on_list, on_event, field_selector="spec.nodeName!="
+        runtime.kube_api.list_pod_for_all_namespaces,
+        on_list,
+        on_event,
+        _health(runtime, "pods"),
+        field_selector="spec.nodeName!=",
     ).start()
 
 
@@ -429,6 +438,7 @@ def _watch_configmap(runtime: Runtime) -> kube.ListWatch | None:
         api.list_namespaced_config_map,
         on_list,
         on_event,
+        _health(runtime, "configmap"),
         namespace=ref.namespace,
         field_selector=f"metadata.name={ref.name}",
     ).start()

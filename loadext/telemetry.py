@@ -93,6 +93,12 @@ class Telemetry:
         self.in_flight = Gauge(
             "loadext_requests_in_flight", "Extender requests being read or answered now.", registry=r
         )
+        self.watch_healthy = Gauge(
+            "loadext_kube_watch_healthy",
+            "1 while the list/watch of the resource (nodes, pods, configmap) is current, 0 while it retries.",
+            ["resource"],
+            registry=r,
+        )
         self.slow_clients = Counter(
             "loadext_client_read_timeouts",
             "Requests cut because the client sent too slowly, by phase (header: 408 and close; body: 408).",

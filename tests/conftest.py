@@ -28,6 +28,7 @@ from loadext.server import Runtime, create_app
 from loadext.telemetry import Telemetry
 
 FIXTURES = Path(__file__).parent / "fixtures"
+pytest_plugins = ("tests.cluster",)
 
 
 def fixture_bytes(name: str) -> bytes:
@@ -167,3 +168,36 @@ async def eventually(check: Callable[[], Awaitable[Any]], within: float = 10.0, 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {within}s; last: {last}")
         await asyncio.sleep(interval)
+
+
+def set_load(exporter: Exporter, case: str, cpu: dict[str, float], memory: dict[str, float] | None = None) -> None:
+    for node, value in cpu.items():
+        exporter.set_gauge("loadext_test_cpu", value, case=case, node=node)
+    for node, value in (memory or {}).items():
+        exporter.set_gauge("loadext_test_memory", value, case=case, node=node)
+
+
+def names_request(*nodes: str) -> dict[str, Any]:
+    request: dict[str, Any] = orjson.loads(fixture_bytes("filter-names.json"))
+    request["NodeNames"] = list(nodes)
+    return request
+
+
+async def sees(loadext: Loadext, expected: dict[str, dict[str, float]]) -> None:
+    """Wait until loadext's snapshot holds exactly these values for these nodes."""
+
+    async def check() -> bool:
+        values = await loadext.node_values()
+        assert {n: values.get(n) for n in expected} == expected
+        return True
+
+    await eventually(check)
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
+            if all(found.get(k) == v for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name}{labels} not in /metrics")

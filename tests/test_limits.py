@@ -59,8 +59,7 @@ def connect(port: int) -> socket.socket:
 
 def head(length: int, path: str = "/filter") -> bytes:
     return (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {length}\r\n\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
     ).encode()
 
 

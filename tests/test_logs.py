@@ -48,7 +48,8 @@ def test_serve_logs_json_lines(tmp_path: Path) -> None:
 
 
 def _request(url: str, method: str = "GET", data: bytes | None = None, headers: dict[str, str] | None = None) -> Any:
-    return urllib.request.urlopen(urllib.request.Request(url, data=data, method=method, headers=headers or {}), timeout=5)
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    return urllib.request.urlopen(request, timeout=5)
 
 
 def test_request_lines_and_runtime_log_level(tmp_path: Path) -> None:

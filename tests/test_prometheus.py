@@ -1,13 +1,11 @@
 """loadext against a real Prometheus scraping a real exporter: decisions follow the data, and
-every way Prometheus can fail leaves the answers fast and the failure policy in charge."""
+identities map, and bad queries and warnings are reported. How loadext rides out Prometheus
+failing is in tests/faults/."""
 
 from __future__ import annotations
 
 import logging
-import math
-import re
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -15,41 +13,18 @@ import pytest
 
 from harness.exporter import Exporter
 from harness.faultproxy import FaultProxy
-from harness.prometheus import PrometheusServer, scrape_config
-from tests.conftest import Loadext, StartLoadext, eventually, fixture_bytes, live_config
-
-
-def set_load(exporter: Exporter, case: str, cpu: dict[str, float], memory: dict[str, float] | None = None) -> None:
-    for node, value in cpu.items():
-        exporter.set_gauge("loadext_test_cpu", value, case=case, node=node)
-    for node, value in (memory or {}).items():
-        exporter.set_gauge("loadext_test_memory", value, case=case, node=node)
-
-
-def names_request(*nodes: str) -> dict[str, Any]:
-    request: dict[str, Any] = orjson.loads(fixture_bytes("filter-names.json"))
-    request["NodeNames"] = list(nodes)
-    return request
-
-
-async def sees(loadext: Loadext, expected: dict[str, dict[str, float]]) -> None:
-    """Wait until loadext's snapshot holds exactly these values for these nodes."""
-
-    async def check() -> bool:
-        values = await loadext.node_values()
-        assert {n: values.get(n) for n in expected} == expected
-        return True
-
-    await eventually(check)
-
-
-def metric_value(text: str, name: str, **labels: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
-            if all(found.get(k) == v for k, v in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name}{labels} not in /metrics")
+from harness.prometheus import PrometheusServer
+from tests.conftest import (
+    Loadext,
+    StartLoadext,
+    eventually,
+    fixture_bytes,
+    live_config,
+    metric_value,
+    names_request,
+    sees,
+    set_load,
+)
 
 
 async def test_decisions_follow_prometheus_values(
@@ -111,19 +86,6 @@ async def _filter_reasons(loadext: Loadext, nodes: list[str], node: str) -> bool
     _, reply = await loadext.post("filter", names_request(*nodes))
     assert reply["FailedAndUnresolvableNodes"].get(node) == "loadext: no fresh cpu data, no fresh memory data"
     return True
-
-
-async def test_nan_and_inf_are_dropped_and_counted_and_ratios_clamped(
-    prometheus: PrometheusServer, exporter: Exporter, start_loadext: StartLoadext, case: str
-) -> None:
-    set_load(exporter, case, {"nan": math.nan, "inf": math.inf, "over": 1.3, "under": -0.2})
-    loadext = await start_loadext(live_config(prometheus.url, case, missingData="reject"))
-    await sees(loadext, {"over": {"cpu": 1.0}, "under": {"cpu": 0.0}, "nan": None, "inf": None})
-    _status, reply = await loadext.post("filter", names_request("nan", "inf", "over", "under"))
-    assert reply["NodeNames"] == []
-    assert reply["FailedAndUnresolvableNodes"]["nan"].startswith("loadext: no fresh cpu data")
-    assert reply["FailedAndUnresolvableNodes"]["over"].startswith("loadext: cpu above 80%")
-    assert metric_value(await loadext.metrics(), "loadext_prometheus_invalid_values_total", signal="cpu") >= 2
 
 
 async def test_series_matching_no_node_are_reported(
@@ -193,105 +155,6 @@ async def test_address_identities_match_internal_ips_including_ipv6(
     assert metric_value(await loadext.metrics(), "loadext_node_signal_ratio", node="n2", signal="cpu") == 0.2
 
 
-FAULTS = [
-    (
-        "status",
-        {"status": 400, "body": b'{"status":"error","errorType":"bad_data","error":"parse error"}'},
-        "bad_query",
-    ),
-    (
-        "status",
-        {"status": 422, "body": b'{"status":"error","errorType":"execution","error":"many-to-many"}'},
-        "execution",
-    ),
-    (
-        "status",
-        {"status": 503, "body": b'{"status":"error","errorType":"timeout","error":"timeout"}'},
-        "unavailable",
-    ),
-    ("status", {"status": 502, "body": b"bad gateway"}, "http_5xx"),
-    ("garbage", {}, "parse"),
-    ("down", {}, "connection"),
-    ("delay", {"delay": 3.0}, "timeout"),
-]
-
-
-@pytest.mark.parametrize(("mode", "options", "kind"), FAULTS, ids=[f[2] for f in FAULTS])
-async def test_prometheus_faults_keep_answers_fast_and_data_until_max_age(
-    prometheus: PrometheusServer,
-    proxy: FaultProxy,
-    exporter: Exporter,
-    start_loadext: StartLoadext,
-    case: str,
-    mode: str,
-    options: dict[str, Any],
-    kind: str,
-) -> None:
-    set_load(exporter, case, {"hot": 0.9, "cool": 0.1}, {"hot": 0.1, "cool": 0.1})
-    loadext = await start_loadext(live_config(proxy.url, case, maxDataAge="2s"))
-    await sees(loadext, {"hot": {"cpu": 0.9, "memory": 0.1}, "cool": {"cpu": 0.1, "memory": 0.1}})
-    proxy.set(mode, **options)
-
-    async def errors_counted() -> bool:
-        text = await loadext.metrics()
-        assert metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error=kind) >= 1
-        return True
-
-    await eventually(errors_counted)
-    # Within maxDataAge the last good values still decide ...
-    started = time.perf_counter()
-    status, reply = await loadext.post("filter", names_request("hot", "cool"))
-    assert time.perf_counter() - started < 1.0  # answered from memory, not after Prometheus
-    if not (await loadext.explain())["degraded"]:
-        assert reply["FailedAndUnresolvableNodes"] == {"hot": "loadext: cpu above 80%"}
-
-    # ... and once they are older, failurePolicy open lets every node through at a neutral score.
-    async def degraded() -> bool:
-        assert metric_value(await loadext.metrics(), "loadext_degraded") == 1
-        return True
-
-    await eventually(degraded)
-    started = time.perf_counter()
-    status, reply = await loadext.post("filter", names_request("hot", "cool"))
-    assert time.perf_counter() - started < 1.0
-    assert status == 200
-    assert reply["NodeNames"] == ["hot", "cool"] and reply["FailedAndUnresolvableNodes"] == {}
-    _status, scores = await loadext.post("prioritize", names_request("hot", "cool"))
-    assert [s["Score"] for s in scores] == [5, 5]
-
-    proxy.set("pass")  # Prometheus is back: so are the decisions
-
-    async def recovered() -> bool:
-        _, reply = await loadext.post("filter", names_request("hot", "cool"))
-        assert reply["FailedAndUnresolvableNodes"] == {"hot": "loadext: cpu above 80%"}
-        return True
-
-    await eventually(recovered)
-    assert metric_value(await loadext.metrics(), "loadext_degraded") == 0
-
-
-async def test_failure_policy_closed_rejects_every_node(
-    prometheus: PrometheusServer,
-    proxy: FaultProxy,
-    exporter: Exporter,
-    start_loadext: StartLoadext,
-    case: str,
-) -> None:
-    set_load(exporter, case, {"x": 0.1}, {"x": 0.1})
-    loadext = await start_loadext(live_config(proxy.url, case, maxDataAge="1s", failurePolicy="closed"))
-    await sees(loadext, {"x": {"cpu": 0.1, "memory": 0.1}})
-    proxy.set("status", status=503)
-
-    async def closed() -> bool:
-        _, reply = await loadext.post("filter", names_request("x"))
-        assert reply["FailedAndUnresolvableNodes"] == {"x": "loadext: no fresh metrics (failurePolicy closed)"}
-        return True
-
-    await eventually(closed)
-    metrics = await loadext.metrics()
-    assert metric_value(metrics, "loadext_node_rejections_total", signal="cpu", cause="degraded") >= 1
-
-
 async def test_real_bad_query_is_classified(
     prometheus: PrometheusServer, start_loadext: StartLoadext, case: str
 ) -> None:
@@ -329,26 +192,3 @@ async def test_prometheus_warnings_are_logged(
     loadext = await start_loadext(live_config(proxy.url, case))
     await sees(loadext, {"w1": {"cpu": 0.42, "memory": 0.42}})
     assert "prometheus warning for signal cpu: remote read partial: store down" in caplog.text
-
-
-async def test_prometheus_stopped(tmp_path: Path, exporter: Exporter, start_loadext: StartLoadext, case: str) -> None:
-    own = PrometheusServer(str(tmp_path), scrape_config(exporter.target))
-    try:
-        set_load(exporter, case, {"hot": 0.99, "cool": 0.0}, {"hot": 0.0, "cool": 0.0})
-        own.wait_for(f'loadext_test_cpu{{case="{case}"}}', lambda r: len(r) == 2)
-        loadext = await start_loadext(live_config(own.url, case, maxDataAge="1s"))
-        await sees(loadext, {"hot": {"cpu": 0.99, "memory": 0.0}})
-        _, reply = await loadext.post("filter", names_request("hot", "cool"))
-        assert reply["NodeNames"] == ["cool"]
-    finally:
-        own.stop()
-
-    async def degraded() -> bool:
-        text = await loadext.metrics()
-        assert metric_value(text, "loadext_prometheus_query_errors_total", signal="cpu", error="connection") >= 1
-        assert metric_value(text, "loadext_degraded") == 1
-        return True
-
-    await eventually(degraded)
-    _, reply = await loadext.post("filter", names_request("hot", "cool"))
-    assert reply["NodeNames"] == ["hot", "cool"]

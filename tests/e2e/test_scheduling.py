@@ -25,7 +25,7 @@ from harness.exporter import Exporter
 from harness.kubernetes import ROOT, wait_until
 from harness.loadext import serve_argv
 from harness.prometheus import free_port
-from tests.e2e.conftest import CASE_LABEL, E2E_NAMESPACE, Cluster, e2e_config, render, shipped_scheduler_config
+from tests.cluster import CASE_LABEL, E2E_NAMESPACE, Cluster, e2e_config, render, shipped_scheduler_config
 
 
 def make_node(
