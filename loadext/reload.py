@@ -33,7 +33,7 @@ class ConfigReloader:
         self.apply = apply
         self.telemetry = telemetry
         self.on_rejected = on_rejected
-        self._seen = _digest(initial_text)
+        self._seen: str | None = _digest(initial_text)
         self.last_error: str | None = None
 
     def offer(self, text: str, source: str) -> bool | None:
@@ -41,12 +41,13 @@ class ConfigReloader:
         digest = _digest(text)
         if digest == self._seen:
             return None
-        self._seen = digest
         try:
             config = parse_config(text, source=source)
         except ConfigError as exc:
             self.reject(str(exc))
+            self._seen = digest  # the same broken text again is no news
             return False
+        self._seen = digest
         self.apply(config)
         self.last_error = None
         self.telemetry.config_reloads.labels("success").inc()
@@ -55,7 +56,10 @@ class ConfigReloader:
         return True
 
     def reject(self, message: str) -> None:
-        """Report a config that cannot be used; repeated identical reports are logged once."""
+        """Report a config that cannot be used; repeated identical reports are logged once.
+        Whatever text comes next is evaluated, even the one in force: a deleted ConfigMap
+        re-created unchanged must clear the failure."""
+        self._seen = None
         if message == self.last_error:
             return
         self.last_error = message

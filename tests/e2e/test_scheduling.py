@@ -11,7 +11,6 @@ import json
 import ssl
 import time
 import urllib.request
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,134 +24,22 @@ from harness.exporter import Exporter
 from harness.kubernetes import ROOT, wait_until
 from harness.loadext import serve_argv
 from harness.prometheus import free_port
-from tests.cluster import CASE_LABEL, E2E_NAMESPACE, Cluster, e2e_config, render, shipped_scheduler_config
-
-
-def make_node(
-    core: Any, name: str, case: str, cpu: str = "8", memory: str = "32Gi", ip: str = "", **extra_labels: str
-) -> None:
-    labels = {CASE_LABEL: case, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **extra_labels}
-    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels=labels)))
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    resources = {"cpu": cpu, "memory": memory, "pods": "110"}
-    addresses = [{"type": "Hostname", "address": name}]
-    if ip:
-        addresses.insert(0, {"type": "InternalIP", "address": ip})
-    # The TaintNodesByCondition admission plugin taints new nodes not-ready; the node lifecycle
-    # controller would lift it once the kubelet reports Ready. Neither runs here: do both.
-    core.patch_node(name, {"spec": {"taints": None}})
-    core.patch_node_status(
-        name,
-        {
-            "status": {
-                "capacity": resources,
-                "allocatable": resources,
-                "addresses": addresses,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "e2e",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-            }
-        },
-    )
-
-
-def make_pod(
-    core: Any,
-    name: str,
-    case: str,
-    scheduler: str,
-    cpu: str = "2",
-    memory: str = "1Gi",
-    node: str | None = None,
-    **spec: Any,
-) -> None:
-    selector = {CASE_LABEL: case}
-    if node is not None:
-        selector["kubernetes.io/hostname"] = node
-    owners = spec.pop("owner_references", None)
-    pod = client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, namespace=E2E_NAMESPACE, owner_references=owners),
-        spec=client.V1PodSpec(
-            scheduler_name=scheduler,
-            node_selector=selector,
-            termination_grace_period_seconds=0,
-            containers=[
-                client.V1Container(
-                    name="app",
-                    image="registry.k8s.io/pause:3.10",
-                    resources=client.V1ResourceRequirements(requests={"cpu": cpu, "memory": memory}),
-                )
-            ],
-            **spec,
-        ),
-    )
-    core.create_namespaced_pod(E2E_NAMESPACE, pod)
-
-
-def scheduled_node(core: Any, name: str, timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pod = core.read_namespaced_pod(name, E2E_NAMESPACE)
-        if pod.spec.node_name:
-            return str(pod.spec.node_name)
-        time.sleep(0.1)
-    raise AssertionError(f"pod {name} not scheduled within {timeout}s: {pod.status.conditions}")
-
-
-def unschedulable_message(core: Any, name: str, timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pod = core.read_namespaced_pod(name, E2E_NAMESPACE)
-        assert not pod.spec.node_name, f"{name} was scheduled to {pod.spec.node_name}"
-        for condition in pod.status.conditions or []:
-            if condition.type == "PodScheduled" and condition.status == "False" and condition.message:
-                return str(condition.message)
-        time.sleep(0.1)
-    raise AssertionError(f"pod {name} has no PodScheduled=False condition")
-
-
-def set_load(exporter: Exporter, loads: dict[str, tuple[float, float]]) -> None:
-    for node, (cpu, memory) in loads.items():
-        exporter.set_gauge("loadext_e2e_cpu", cpu, node=node)
-        exporter.set_gauge("loadext_e2e_memory", memory, node=node)
-
-
-def wait_loadext_sees(cluster: Cluster, loads: dict[str, tuple[float, float]]) -> None:
-    def sees() -> bool:
-        rows = {r["node"]: r["signals"] for r in cluster.loadext.get_json("/explain")["nodes"]}
-        return all(rows.get(n, {}).get("cpu", {}).get("value") == cpu for n, (cpu, _) in loads.items())
-
-    deadline = time.monotonic() + 20
-    while not sees():
-        assert time.monotonic() < deadline, "loadext never saw the nodes' load"
-        time.sleep(0.1)
-
-
-def metric(text: str, line_prefix: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(line_prefix):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def scenario(cluster: Cluster, exporter: Exporter, slug: str) -> dict[str, str]:
-    """`big` has by far the most free allocatable but runs hot; `warm` and `cool` are equal in
-    size, 60 % and 20 % busy."""
-    nodes = {"big": f"{slug}-big", "warm": f"{slug}-warm", "cool": f"{slug}-cool"}
-    make_node(cluster.core, nodes["big"], slug, cpu="64", memory="256Gi")
-    make_node(cluster.core, nodes["warm"], slug)
-    make_node(cluster.core, nodes["cool"], slug)
-    loads = {nodes["big"]: (0.95, 0.3), nodes["warm"]: (0.6, 0.3), nodes["cool"]: (0.2, 0.3)}
-    set_load(exporter, loads)
-    wait_loadext_sees(cluster, loads)
-    return nodes
+from tests.cluster import (
+    CASE_LABEL,
+    E2E_NAMESPACE,
+    Cluster,
+    e2e_config,
+    make_node,
+    make_pod,
+    metric,
+    render,
+    scenario,
+    scheduled_node,
+    set_load,
+    shipped_scheduler_config,
+    unschedulable_message,
+    wait_loadext_sees,
+)
 
 
 def test_pods_go_to_the_least_loaded_node_never_to_the_hot_one(cluster: Cluster, exporter: Exporter, slug: str) -> None:

@@ -1,0 +1,142 @@
+"""Kubernetes-side faults on the real control plane, with the real kube-scheduler calling
+loadext, and what the scheduler sees in each:
+
+- ConfigMap deleted: loadext keeps deciding with the last good config (reload metric 0, the
+  deletion logged); pods keep avoiding the hot node. Re-created: applied again.
+- loadext killed (SIGKILL) mid-burst and restarted: the scheduler's calls are refused, and the
+  shipped `ignorable: true` lets it schedule on requests alone meanwhile; every pod of the burst
+  is bound, none lost or stuck, and loadext's decisions resume after the restart.
+- API server down and back: loadext keeps answering from memory (the watches report unhealthy);
+  afterwards the watches re-list, so a node deleted and one created right after the restart are
+  seen (no stale cache kept), a ConfigMap edit applies, and pods are placed through loadext.
+
+The API server test runs last: it takes the shared control plane down for a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from harness.exporter import Exporter
+from harness.kubernetes import wait_until
+from tests.cluster import (
+    E2E_NAMESPACE,
+    Cluster,
+    e2e_config,
+    make_node,
+    make_pod,
+    metric,
+    scenario,
+    scheduled_node,
+    set_load,
+    wait_loadext_sees,
+)
+from tests.conftest import fixture_bytes
+
+pytestmark = pytest.mark.e2e
+
+
+def test_configmap_deleted_keeps_the_last_good_config(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    nodes = scenario(cluster, exporter, slug)
+    in_force = cluster.loadext.get_json("/explain")["configHash"]
+    saved = cluster.core.read_namespaced_config_map("loadext-config", "loadext")
+    cluster.core.delete_namespaced_config_map("loadext-config", "loadext")
+    try:
+        wait_until(
+            lambda: metric(cluster.loadext.metrics(), "loadext_config_last_reload_successful ") == 0,
+            "loadext to notice the deletion",
+            timeout=20,
+        )
+        assert cluster.loadext.get_json("/explain")["configHash"] == in_force
+        assert "was deleted" in cluster.loadext.process.log_tail(20000)
+        make_pod(cluster.core, f"{slug}-0", slug, "loadext-scheduler")
+        assert scheduled_node(cluster.core, f"{slug}-0") == nodes["cool"]
+    finally:
+        cluster.core.create_namespaced_config_map(
+            "loadext", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="loadext-config"), data=saved.data)
+        )
+    wait_until(
+        lambda: metric(cluster.loadext.metrics(), "loadext_config_last_reload_successful ") == 1,
+        "the re-created ConfigMap to be accepted",
+        timeout=20,
+    )
+
+
+def _bound(cluster: Cluster, prefix: str) -> dict[str, str]:
+    pods = cluster.core.list_namespaced_pod(E2E_NAMESPACE).items
+    return {p.metadata.name: p.spec.node_name for p in pods if p.metadata.name.startswith(prefix) and p.spec.node_name}
+
+
+def test_loadext_killed_mid_burst_the_scheduler_keeps_scheduling(
+    cluster: Cluster, exporter: Exporter, slug: str
+) -> None:
+    nodes = scenario(cluster, exporter, slug)
+    count = 20
+    for i in range(count):
+        make_pod(cluster.core, f"{slug}-burst-{i}", slug, "loadext-scheduler", cpu="100m", memory="64Mi")
+    wait_until(lambda: len(_bound(cluster, f"{slug}-burst-")) >= 3, "the burst to start", timeout=30)
+    cluster.loadext.crash_and_restart(down_for=3.0)
+    wait_until(lambda: len(_bound(cluster, f"{slug}-burst-")) == count, "every pod of the burst bound", timeout=90)
+    # loadext is back: its decisions steer placement again.
+    wait_loadext_sees(cluster, {nodes["big"]: (0.95, 0.3), nodes["cool"]: (0.2, 0.3)})
+    for i in range(3):
+        make_pod(cluster.core, f"{slug}-after-{i}", slug, "loadext-scheduler", cpu="100m", memory="64Mi")
+        assert scheduled_node(cluster.core, f"{slug}-after-{i}") == nodes["cool"]
+
+
+def _watch_healthy(cluster: Cluster, resource: str) -> float:
+    return metric(cluster.loadext.metrics(), f'loadext_kube_watch_healthy{{resource="{resource}"}}')
+
+
+def _explained_nodes(cluster: Cluster) -> set[str]:
+    return {row["node"] for row in cluster.loadext.get_json("/explain")["nodes"]}
+
+
+def _filter(cluster: Cluster, names: list[str]) -> dict[str, Any]:
+    body = json.loads(fixture_bytes("filter-names.json"))
+    body["NodeNames"] = names
+    request = urllib.request.Request(cluster.loadext.url + "/filter", data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        assert reply.status == 200
+        result: dict[str, Any] = json.load(reply)
+        return result
+
+
+def test_apiserver_down_and_back_watches_resume(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    gone, stays, new = f"{slug}-gone", f"{slug}-stays", f"{slug}-new"
+    make_node(cluster.core, gone, slug)
+    make_node(cluster.core, stays, slug)
+    set_load(exporter, {stays: (0.2, 0.2)})
+    wait_until(lambda: {gone, stays} <= _explained_nodes(cluster), "loadext to list both nodes", timeout=20)
+    assert _watch_healthy(cluster, "nodes") == 1 and _watch_healthy(cluster, "configmap") == 1
+
+    cluster.plane.stop_apiserver()
+    try:
+        wait_until(lambda: _watch_healthy(cluster, "nodes") == 0, "the node watch to report the outage", timeout=30)
+        # The scheduler's calls are still answered, from memory: decisions on data, not errors.
+        assert _filter(cluster, [stays])["NodeNames"] == [stays]
+        assert {gone, stays} <= _explained_nodes(cluster)  # the last known nodes are kept meanwhile
+    finally:
+        cluster.plane.start_apiserver()
+
+    cluster.core.delete_node(gone)  # changes right after the restart, before loadext is back
+    make_node(cluster.core, new, slug)
+    wait_until(
+        lambda: new in _explained_nodes(cluster) and gone not in _explained_nodes(cluster),
+        "the node watch to resume and drop the deleted node",
+        timeout=90,
+    )
+    wait_until(lambda: _watch_healthy(cluster, "configmap") == 1, "the ConfigMap watch to resume", timeout=90)
+    relaxed = e2e_config(cluster.proxy.url)
+    relaxed["signals"][0]["threshold"] = 0.85
+    try:
+        cluster.loadext.set_config(relaxed)  # waits until loadext reports the new hash
+    finally:
+        cluster.loadext.set_config(e2e_config(cluster.proxy.url))
+    make_pod(cluster.core, f"{slug}-pod", slug, "loadext-scheduler", node=stays)
+    assert scheduled_node(cluster.core, f"{slug}-pod", timeout=90) == stays
