@@ -76,11 +76,12 @@ def configure(level: str, fmt: str) -> None:
 
 
 def level() -> str:
-    return logging.getLevelName(logging.getLogger().level).lower()
+    return logging.getLevelName(logging.getLogger("loadext").getEffectiveLevel()).lower()
 
 
 def set_level(name: str) -> None:
-    """Switch the level of every loadext logger at runtime (PUT /debug/loglevel)."""
+    """Switch loadext's own loggers at runtime (PUT /debug/loglevel); libraries (urllib3, the
+    kubernetes client) stay at the level given at start, or debug would drown in their lines."""
     if name not in LEVELS:
         raise ValueError(f"unknown log level {name!r}; one of {', '.join(LEVELS)}")
-    logging.getLogger().setLevel(name.upper())
+    logging.getLogger("loadext").setLevel(name.upper())

@@ -16,6 +16,7 @@ import orjson
 import pytest
 import yaml
 from aiohttp.test_utils import TestClient
+from hypothesis import HealthCheck, settings
 
 from harness.exporter import Exporter
 from harness.faultproxy import FaultProxy
@@ -29,6 +30,12 @@ from loadext.telemetry import Telemetry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytest_plugins = ("tests.cluster",)
+
+# Property tests: a few hundred examples each in CI; scripts/fuzz.sh runs the "fuzz" profile.
+_PROPERTY = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture]}
+settings.register_profile("ci", max_examples=300, **_PROPERTY)
+settings.register_profile("fuzz", max_examples=int(os.environ.get("LOADEXT_FUZZ_EXAMPLES", "20000")), **_PROPERTY)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def fixture_bytes(name: str) -> bytes:

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.test_protocol import client_for, make_extender, post
@@ -103,7 +103,6 @@ def encode(value: Any) -> bytes:
 bodies = st.binary(max_size=64) | json_values.map(encode) | shaped.map(encode)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(verb=st.sampled_from(VERBS), body=bodies)
 async def test_random_bodies_never_get_a_5xx(client: TestClient[Any, Any], verb: str, body: bytes) -> None:
     reply = await client.post(f"/{verb}", data=body)

@@ -53,8 +53,9 @@ def _request(url: str, method: str = "GET", data: bytes | None = None, headers: 
 
 
 def test_request_lines_and_runtime_log_level(tmp_path: Path) -> None:
-    """One JSON line per extender call with its request id and decision; PUT /debug/loglevel
-    silences them without a restart; the plain metrics port serves probes and /metrics only."""
+    """PUT /debug/loglevel debug turns on one JSON line per extender call with its request id
+    and decision, and back at warning they stop, without a restart; the plain metrics port
+    serves probes and /metrics only."""
     config = tmp_path / "config.yaml"
     config.write_text(
         f'prometheus: {{url: "http://127.0.0.1:{free_port()}"}}\n'
@@ -67,12 +68,16 @@ def test_request_lines_and_runtime_log_level(tmp_path: Path) -> None:
     body = fixture_bytes("filter-names.json")
     try:
         wait_ready(url, lambda: proc.poll() is None)
+        with _request(url + "/filter", "POST", body, {"X-Request-Id": "before-debug"}):
+            pass
+        with _request(url + "/debug/loglevel") as reply:
+            assert reply.read() == b"info\n"
+        with _request(url + "/debug/loglevel", "PUT", b"debug") as reply:
+            assert reply.status == 200
         with _request(url + "/filter", "POST", body) as reply:
             generated = reply.headers["X-Request-Id"]
         with _request(url + "/prioritize", "POST", body, {"X-Request-Id": "from-the-caller"}) as reply:
             assert reply.headers["X-Request-Id"] == "from-the-caller"
-        with _request(url + "/debug/loglevel") as reply:
-            assert reply.read() == b"info\n"
         with pytest.raises(urllib.error.HTTPError) as bad:
             _request(url + "/debug/loglevel", "PUT", b"loud")
         assert bad.value.code == 400 and "unknown log level" in json.loads(bad.value.read())["error"]
@@ -98,5 +103,5 @@ def test_request_lines_and_runtime_log_level(tmp_path: Path) -> None:
     assert filtered["nodes"] == 3 and filtered["passed"] == 0  # failurePolicy closed, Prometheus unreachable
     assert sum(filtered["rejected"].values()) == 3 and filtered["duration_ms"] > 0
     assert by_id["from-the-caller"]["verb"] == "prioritize" and "best" in by_id["from-the-caller"]
-    assert "after-the-switch" not in by_id
+    assert "before-debug" not in by_id and "after-the-switch" not in by_id
     assert any(e["level"] == "warning" and "log level set to warning" in e["message"] for e in entries)
