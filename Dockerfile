@@ -10,6 +10,6 @@ FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PATH=/opt/loadext/bin:$PATH
 COPY --from=build /opt/loadext /opt/loadext
 USER 65532:65532
-EXPOSE 8888
+EXPOSE 8888 9090
 ENTRYPOINT ["loadext"]
 CMD ["serve", "--config", "/etc/loadext/config.yaml"]
