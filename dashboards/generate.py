@@ -502,6 +502,39 @@ def health() -> dict[str, Any]:
         ),
         12,
     )
+    layout.add(
+        panel(
+            "timeseries",
+            "Requests in flight, and refused",
+            "Extender requests being read or answered per replica (capped by --max-concurrent-requests), "
+            "and per second those refused: 503 overloaded (over a cap), 408 header/body (client too slow).",
+            "short",
+            [
+                target(f"max by (instance) (loadext_requests_in_flight{{{SEL}}})", "in flight {{instance}}"),
+                target(
+                    f'sum(rate(loadext_requests_total{{{SEL}, outcome="overloaded"}}[$__rate_interval]))',
+                    "503 overloaded /s",
+                ),
+                target(
+                    f"sum by (phase) (rate(loadext_client_read_timeouts_total{{{SEL}}}[$__rate_interval]))",
+                    "408 {{phase}} /s",
+                ),
+            ],
+        ),
+        12,
+    )
+    layout.add(
+        panel(
+            "state-timeline",
+            "Kubernetes watches",
+            "Whether each list/watch (nodes, pods for the herd guard, the configmap) is current (1) or "
+            "retrying (0). While retrying loadext decides with what it last knew.",
+            "short",
+            [target(f"min by (resource) (loadext_kube_watch_healthy{{{SEL}}})", "{{resource}}")],
+            defaults=value_map(("retrying", "red"), ("current", "green")),
+        ),
+        12,
+    )
     variables = [
         {
             "name": "timeout",
