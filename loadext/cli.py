@@ -45,6 +45,19 @@ def _duration(value: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _positive_duration(value: str) -> float:
+    seconds = _duration(value)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be longer than 0s")
+    return seconds
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
+    return int(value)
+
+
 def _configmap_ref(value: str) -> tuple[str, str]:
     namespace, sep, name = value.partition("/")
     if not sep or not namespace or not name or "/" in name:
@@ -97,16 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     limits.add_argument(
         "--header-timeout",
-        type=_duration,
+        type=_positive_duration,
         default="5s",
         help="time from a request's first byte to its last header (default 5s)",
     )
     limits.add_argument(
-        "--body-timeout", type=_duration, default="10s", help="time to read a request body (default 10s)"
+        "--body-timeout", type=_positive_duration, default="10s", help="time to read a request body (default 10s)"
     )
     limits.add_argument(
         "--max-concurrent-requests",
-        type=int,
+        type=_positive_int,
         default=64,
         help="extender requests read or answered at once; more get 503 + Retry-After (default 64)",
     )

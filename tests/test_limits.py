@@ -182,3 +182,17 @@ def test_every_limit_has_a_flag_in_help() -> None:
     out = subprocess.run([*LOADEXT, "serve", "--help"], capture_output=True, text=True)
     for flag in ("--header-timeout", "--body-timeout", "--max-concurrent-requests", "--max-inflight-bytes"):
         assert flag in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-concurrent-requests", "0", "not a whole number of at least 1"),
+        ("--header-timeout", "0s", "must be longer than 0s"),
+        ("--body-timeout", "soon", "soon"),
+        ("--max-inflight-bytes", "lots", "not a size"),
+    ],
+)
+def test_bad_limit_flags_are_refused_by_name(flag: str, value: str, message: str) -> None:
+    out = subprocess.run([*LOADEXT, "serve", "--config", "x.yaml", flag, value], capture_output=True, text=True)
+    assert out.returncode == 2 and f"argument {flag}" in out.stderr and message in out.stderr
