@@ -132,6 +132,13 @@ class HeaderDeadline(asyncio.Protocol):
         self._inner.resume_writing()
 
 
+# aiohttp's default backlog is 128. When clients open many connections at once (a load
+# generator after a latency spike; the soak saw it), a full accept queue makes the kernel
+# answer with SYN cookies and resets: 513 "connection reset" in 30 minutes. The kernel caps
+# it at net.core.somaxconn.
+BACKLOG = 2048
+
+
 class GuardedSite(web.TCPSite):
     """aiohttp's TCPSite with every connection's protocol wrapped in a HeaderDeadline."""
 
@@ -149,7 +156,7 @@ class GuardedSite(web.TCPSite):
             return HeaderDeadline(server(), self._header_timeout, self.on_header_timeout)
 
         self._server = await asyncio.get_running_loop().create_server(
-            protocol, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog
+            protocol, self._host, self._port, ssl=self._ssl_context, backlog=BACKLOG
         )
         self._bound_port = self._server.sockets[0].getsockname()[1]
 

@@ -137,6 +137,9 @@ def _verb_handler(
         except web.HTTPRequestEntityTooLarge as exc:
             outcome = "bad_request"
             return _json_error(413, verb, f"request body too large ({exc.text}); raise --max-body-size")
+        except ConnectionResetError:  # the client went away mid-body: nobody to answer
+            outcome = "aborted"
+            return _json_error(400, verb, "client closed the connection")
         except TimeoutError:
             outcome = "timeout"
             telemetry.slow_clients.labels("body").inc()
@@ -150,7 +153,7 @@ def _verb_handler(
             outcomes[outcome].inc()
             took = time.perf_counter() - started
             duration.observe(took)
-            level = logging.DEBUG if outcome in ("ok", "overloaded") else logging.WARNING
+            level = logging.DEBUG if outcome in ("ok", "overloaded", "aborted") else logging.WARNING
             if request_log.isEnabledFor(level):
                 _log_request(level, verb, outcome, took, summary)
 

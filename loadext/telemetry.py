@@ -19,8 +19,9 @@ from loadext import __version__
 from loadext.policy import NodeState
 
 VERBS = ("filter", "prioritize", "preempt", "bind")
-# bad_request: 400 or 413; timeout: 408 (body too slow); overloaded: 503 (limits.py); error: 500.
-OUTCOMES = ("ok", "bad_request", "timeout", "overloaded", "error")
+# bad_request: 400 or 413; timeout: 408 (body too slow); overloaded: 503 (limits.py);
+# aborted: the client closed the connection before its body was in; error: 500 (a bug).
+OUTCOMES = ("ok", "bad_request", "timeout", "overloaded", "aborted", "error")
 # From 250 us to the scheduler's default 5 s extender timeout.
 LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 QUERY_ERROR_KINDS = (

@@ -128,6 +128,18 @@ def test_trickled_body_gets_408(server: int) -> None:
     assert metric(server, 'loadext_requests_total{outcome="timeout",verb="filter"}') >= 1
 
 
+def test_a_client_gone_mid_body_is_counted_as_aborted_not_as_a_bug(server: int) -> None:
+    before = metric(server, 'loadext_requests_total{outcome="aborted",verb="filter"}')
+    with connect(server) as leaving:
+        leaving.sendall(head(len(BODY)) + BODY[:10])
+        _await_in_flight(server, 1)
+    deadline = time.monotonic() + 5
+    while metric(server, 'loadext_requests_total{outcome="aborted",verb="filter"}') == before:
+        assert time.monotonic() < deadline, "the abandoned request was not counted as aborted"
+        time.sleep(0.02)
+    assert metric(server, 'loadext_requests_total{outcome="error",verb="filter"}') == 0
+
+
 def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(server: int) -> None:
     with connect(server) as greedy:
         greedy.sendall(head(10 * 1024 * 1024))  # 10 MiB announced, nothing sent

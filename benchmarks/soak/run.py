@@ -43,7 +43,7 @@ from loadext.config import parse_duration  # noqa: E402
 NODES = 500
 SERVER_CPU, LOAD_CPU = "1", "0"
 CONFIG = """prometheus: {{url: "{url}", timeout: 1s}}
-refreshInterval: 5s
+refreshInterval: {refresh}s
 maxDataAge: 30s
 nodeIdentity: {{label: node, kind: name}}
 signals:
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prometheus = PrometheusServer(str(workdir), scrape_config(exporter.target))
     proxy = FaultProxy(prometheus.url)
     config = workdir / "config.yaml"
-    config.write_text(CONFIG.format(url=proxy.url))
+    config.write_text(CONFIG.format(url=proxy.url, refresh=args.refresh))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     loadext = Process("loadext", ["taskset", "-c", SERVER_CPU, *serve_argv(config, port)], workdir)
@@ -217,6 +217,7 @@ def main() -> int:
     parser.add_argument("--rate", type=int, help="a fixed rate instead of --load x the measured peak")
     parser.add_argument("--peak-seconds", type=float, default=15, help="length of the peak measurement")
     parser.add_argument("--flap", type=float, default=5, help="Prometheus down, then up, this many seconds")
+    parser.add_argument("--refresh", type=float, default=5, help="loadext's refreshInterval in seconds")
     parser.add_argument("--out", type=Path, help="also write the result as JSON here")
     args = parser.parse_args()
     result = run(args)
