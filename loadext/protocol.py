@@ -172,6 +172,13 @@ def _decode(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw | bytes, where:
 def _top(body: bytes) -> dict[str, msgspec.Raw]:
     if not body.strip():
         raise ProtocolError("empty body: expected a JSON object")
+    # msgspec checks UTF-8 only in the strings it decodes; Node objects are echoed as raw spans,
+    # so an invalid byte there would reach the reply (found by atheris). isascii() is a fast path.
+    if not body.isascii():
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"body is not valid UTF-8 (byte {exc.start})") from exc
     try:
         top: dict[str, msgspec.Raw] = _TOP.decode(body)
     except msgspec.ValidationError as exc:

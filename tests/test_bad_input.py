@@ -40,6 +40,11 @@ CASES = [
         "NumPDBViolations: Expected `int | null`, got `str`",
     ),
     ("bind", b'{"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}', "Node: Expected `str`, got `null`"),
+    (  # inside a Node object that would be echoed back as it came (found by atheris)
+        "filter",
+        b'{"Nodes": {"items": [{"metadata": {"name": "n1", "labels": {"a": "\x8d"}}}]}}',
+        "body is not valid UTF-8 (byte 66)",
+    ),
 ]
 
 

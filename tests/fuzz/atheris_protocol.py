@@ -1,5 +1,6 @@
 """Coverage-guided fuzzing (atheris, libFuzzer) of the protocol decoders and the verbs behind
-them: every input must end as a reply that is valid JSON or as a ProtocolError (the server's
+them: every input must end as a reply that is valid JSON (UTF-8, the JSON grammar; Python's json
+module, which like Go's accepts lone surrogate escapes) or as a ProtocolError (the server's
 400); any other exception is a crash and stops the run with the input saved.
 
     python3 tests/fuzz/atheris_protocol.py -runs=500000 [-max_len=4096] [corpus_dir]
@@ -10,11 +11,11 @@ the wire fixtures in tests/fixtures (pass the directory), so mutations start fro
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
 import atheris
-import orjson
 
 with atheris.instrument_imports():
     from loadext.config import parse_config
@@ -59,7 +60,7 @@ def one_input(data: bytes) -> None:
                 reply = encode_binding_result("" if decode_binding_args(body).node else "no node")
     except ProtocolError:
         return
-    orjson.loads(reply)
+    json.loads(reply)
 
 
 def main() -> None:
