@@ -10,7 +10,8 @@ import sys
 
 from aiohttp import web
 
-from loadext.server import DEFAULT_MAX_BODY, install_event_loop
+from loadext.limits import Limits
+from loadext.server import install_event_loop
 
 REPLY = b'{"Nodes":null,"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 
@@ -22,7 +23,7 @@ async def handle(request: web.Request) -> web.Response:
 
 def main() -> None:
     install_event_loop()
-    app = web.Application(client_max_size=DEFAULT_MAX_BODY)
+    app = web.Application(client_max_size=Limits().max_body_size)
     app.router.add_post("/filter", handle)
     app.router.add_post("/prioritize", handle)
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
