@@ -75,8 +75,14 @@ async def serve(
             runner = web.AppRunner(listener.app, access_log=None, shutdown_timeout=shutdown.timeout)
             await runner.setup()
             runners.append(runner)
-            site = GuardedSite(runner, listener.host, listener.port, header_timeout, ssl_context=listener.ssl_context)
-            site.on_header_timeout = on_header_timeout
+            site = GuardedSite(
+                runner,
+                listener.host,
+                listener.port,
+                header_timeout,
+                on_header_timeout,
+                ssl_context=listener.ssl_context,
+            )
             await site.start()
         await stop.wait()
         with contextlib.suppress(TimeoutError):

@@ -21,15 +21,12 @@ Worst-case memory for bodies is therefore about max(--max-inflight-bytes, --max-
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -134,18 +131,26 @@ class HeaderDeadline(asyncio.Protocol):
 
 # aiohttp's default backlog is 128. When clients open many connections at once (a load
 # generator after a latency spike; the soak saw it), a full accept queue makes the kernel
-# answer with SYN cookies and resets: 513 "connection reset" in 30 minutes. The kernel caps
-# it at net.core.somaxconn.
+# answer with SYN cookies and resets: 661 "connection reset" errors in 30 minutes. The kernel
+# caps it at net.core.somaxconn.
 BACKLOG = 2048
 
 
 class GuardedSite(web.TCPSite):
     """aiohttp's TCPSite with every connection's protocol wrapped in a HeaderDeadline."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, header_timeout: float, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        header_timeout: float,
+        on_header_timeout: Callable[[], None],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(runner, host, port, **kwargs)
         self._header_timeout = header_timeout
-        self.on_header_timeout: Callable[[], None] = lambda: None
+        self._on_header_timeout = on_header_timeout
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
@@ -153,7 +158,7 @@ class GuardedSite(web.TCPSite):
         assert server is not None
 
         def protocol() -> HeaderDeadline:
-            return HeaderDeadline(server(), self._header_timeout, self.on_header_timeout)
+            return HeaderDeadline(server(), self._header_timeout, self._on_header_timeout)
 
         self._server = await asyncio.get_running_loop().create_server(
             protocol, self._host, self._port, ssl=self._ssl_context, backlog=BACKLOG
@@ -161,9 +166,9 @@ class GuardedSite(web.TCPSite):
         self._bound_port = self._server.sockets[0].getsockname()[1]
 
 
-@web.middleware
 async def track_handling(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Tells the connection's HeaderDeadline that its headers are in and a handler runs."""
+    """Tells the connection's HeaderDeadline that its headers are in and a handler runs
+    (called by server.py's one middleware, which also handles draining)."""
     transport = request.transport
     deadline = transport.get_protocol() if transport is not None else None
     if not isinstance(deadline, HeaderDeadline):

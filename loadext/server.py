@@ -3,7 +3,8 @@
 Every verb answers 200 with a protocol body, or a JSON error body: 400 naming what is wrong with
 the request, 413 too large, 408 too slow, 503 over the concurrency caps (limits.py). Nothing on
 this path waits on Prometheus; bind alone waits on the API server, in a worker thread, so
-concurrent binds never stall filter calls. Each call can be logged as one line (logger loadext.requests, at debug).
+concurrent binds never stall filter calls. Each call can be logged as one line (logger
+loadext.requests, at debug).
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ log = logging.getLogger(__name__)
 request_log = logging.getLogger("loadext.requests")
 
 JSON = "application/json"
-OPS_PATHS = ("/healthz", "/readyz", "/metrics")
 
 
 @dataclass(frozen=True)
