@@ -23,9 +23,9 @@ import yaml
 from harness.exporter import Exporter
 from harness.loadext import serve_argv, wait_ready
 from harness.prometheus import PrometheusServer, free_port
+from harness.rawhttp import head, read_reply
 from harness.service import Service
 from tests.conftest import fixture_bytes, live_config
-from tests.test_limits import head, read_reply
 
 BODY = fixture_bytes("filter-names.json")
 NODES = ("machine1", "machine2", "machine3")  # the names in filter-names.json

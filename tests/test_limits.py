@@ -16,7 +16,8 @@ import pytest
 
 from harness.loadext import LOADEXT, serve_argv, wait_ready
 from harness.prometheus import free_port
-from tests.conftest import fixture_bytes
+from harness.rawhttp import head, read_reply
+from tests.conftest import fixture_bytes, metric_value
 
 BODY = fixture_bytes("filter-names.json")
 HEADER_TIMEOUT = 0.5
@@ -57,27 +58,6 @@ def connect(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=10)
 
 
-def head(length: int, path: str = "/filter") -> bytes:
-    return (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-    ).encode()
-
-
-def read_reply(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP/1.1 response with a Content-Length body."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before a reply: {data!r}"
-        data += chunk
-    header_block, _, body = data.partition(b"\r\n\r\n")
-    status_line, *lines = header_block.decode().split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
-    while len(body) < int(headers.get("content-length", 0)):
-        body += sock.recv(65536)
-    return int(status_line.split()[1]), headers, body
-
-
 def closed_by_server(sock: socket.socket) -> bool:
     try:
         return sock.recv(1) == b""
@@ -91,14 +71,13 @@ def filter_once(port: int) -> int:
         return int(reply.status)
 
 
-def metric(port: int, name: str) -> float:
+def metric(port: int, name: str, **labels: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+        return metric_value(reply.read().decode(), name, **labels)
 
 
 def test_trickled_headers_get_408_and_the_connection_closed(server: int) -> None:
-    before = metric(server, 'loadext_client_read_timeouts_total{phase="header"}')
+    before = metric(server, "loadext_client_read_timeouts_total", phase="header")
     with connect(server) as slow:
         slow.sendall(b"POST /filter HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the rest
         started = time.monotonic()
@@ -107,7 +86,7 @@ def test_trickled_headers_get_408_and_the_connection_closed(server: int) -> None
         assert status == 408 and "header" in json.loads(body)["error"]
         assert HEADER_TIMEOUT * 0.8 <= waited < HEADER_TIMEOUT + 2
         assert closed_by_server(slow)
-    assert metric(server, 'loadext_client_read_timeouts_total{phase="header"}') == before + 1
+    assert metric(server, "loadext_client_read_timeouts_total", phase="header") == before + 1
     assert filter_once(server) == 200
 
 
@@ -125,19 +104,19 @@ def test_trickled_body_gets_408(server: int) -> None:
         slow.sendall(head(len(BODY)) + BODY[:10])
         status, headers, body = read_reply(slow)
         assert status == 408 and "body" in json.loads(body)["error"] and headers["connection"] == "close"
-    assert metric(server, 'loadext_requests_total{outcome="timeout",verb="filter"}') >= 1
+    assert metric(server, "loadext_requests_total", outcome="timeout", verb="filter") >= 1
 
 
 def test_a_client_gone_mid_body_is_counted_as_aborted_not_as_a_bug(server: int) -> None:
-    before = metric(server, 'loadext_requests_total{outcome="aborted",verb="filter"}')
+    before = metric(server, "loadext_requests_total", outcome="aborted", verb="filter")
     with connect(server) as leaving:
         leaving.sendall(head(len(BODY)) + BODY[:10])
         _await_in_flight(server, 1)
     deadline = time.monotonic() + 5
-    while metric(server, 'loadext_requests_total{outcome="aborted",verb="filter"}') == before:
+    while metric(server, "loadext_requests_total", outcome="aborted", verb="filter") == before:
         assert time.monotonic() < deadline, "the abandoned request was not counted as aborted"
         time.sleep(0.02)
-    assert metric(server, 'loadext_requests_total{outcome="error",verb="filter"}') == 0
+    assert metric(server, "loadext_requests_total", outcome="error", verb="filter") == 0
 
 
 def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(server: int) -> None:
@@ -165,7 +144,7 @@ def test_beyond_max_concurrent_requests_503_with_retry_after(server: int) -> Non
         for sock in holders:
             sock.close()
     assert filter_once(server) == 200
-    assert metric(server, 'loadext_requests_total{outcome="overloaded",verb="filter"}') >= 1
+    assert metric(server, "loadext_requests_total", outcome="overloaded", verb="filter") >= 1
 
 
 def test_body_bytes_in_flight_are_capped(server: int) -> None:

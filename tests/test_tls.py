@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.certs import make_ca, make_cert
 from harness.loadext import serve_argv, wait_ready
 from harness.prometheus import free_port
+from harness.rawhttp import head
 from tests.conftest import fixture_bytes
 
 
@@ -24,11 +25,7 @@ def handshake(port: int, context: ssl.SSLContext) -> ssl.SSLSocket:
 def post_filter(port: int, context: ssl.SSLContext) -> bytes:
     body = fixture_bytes("filter-names.json")
     with handshake(port, context) as tls:
-        tls.sendall(
-            b"POST /filter HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
+        tls.sendall(head(len(body), close=True) + body)
         reply = b""
         while chunk := tls.recv(65536):
             reply += chunk
