@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up and runs the demo: real Prometheus + exporter with five nodes + loadext + scheduler calls.
+# Sets up and runs the demo: a real Prometheus, an exporter with five nodes, loadext, and
+# scheduler calls with their decisions. Everything is installed into .venv (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec python3 demo/run.py
+exec .venv/bin/python demo/run.py "$@"
