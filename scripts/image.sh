@@ -41,5 +41,6 @@ echo "image: building $image FROM $base" >&2
 mkdir -p "$(dirname "$out")"
 rm -f "$out"
 "${buildah[@]}" push --quiet "$image" "oci-archive:$out:$image" >/dev/null
-size=$("${buildah[@]}" inspect --type image --format '{{.Size}}' "$image" 2>/dev/null || echo 0)
-echo "image: $image -> $out ($(du -h "$out" | cut -f1) archive, $(( size / 1000000 )) MB unpacked) in $(( $(date +%s) - start ))s" >&2
+"${buildah[@]}" rmi --prune >/dev/null 2>&1 || true  # the previous build of this tag, now untagged
+size=$("${buildah[@]}" images --format '{{.Size}}' "$image")
+echo "image: $image -> $out ($(du -h "$out" | cut -f1) archive, $size unpacked) in $(( $(date +%s) - start ))s" >&2

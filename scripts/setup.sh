@@ -3,7 +3,7 @@
 # (Debian's python3 refuses that: PEP 668). Usage: scripts/setup.sh [dev]
 #   - Debian packages: prometheus (the real server the demo and tests run), python3-venv where
 #     Debian's python3 lacks it; with `dev` also prometheus-node-exporter (a real exporter the
-#     tests scrape).
+#     tests scrape) and mmdebstrap, buildah and umoci (the image and fresh-Debian tests).
 #   - a project virtualenv, .venv (git-ignored), with loadext installed editable; with `dev` also
 #     its dev tools. Skipped when pyproject.toml and the Python have not changed since the last
 #     install (a stamp in .venv), so a second run takes a second.
@@ -24,8 +24,10 @@ apt_install() {
 
 packages=()
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
-if [[ -n $extras ]] && ! command -v prometheus-node-exporter >/dev/null 2>&1; then
-  packages+=(prometheus-node-exporter)
+if [[ -n $extras ]]; then
+  for tool in prometheus-node-exporter mmdebstrap buildah umoci; do
+    command -v "$tool" >/dev/null 2>&1 || packages+=("$tool")
+  done
 fi
 command -v "$python" >/dev/null 2>&1 || packages+=(python3)
 if [[ ${#packages[@]} -gt 0 ]]; then apt_install "${packages[@]}"; fi
