@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 import yaml
 
+from harness.deploy import kustomize
 from loadext.cli import build_parser
 from loadext.config import parse_config
 
-ROOT = Path(__file__).resolve().parent.parent
-MANIFESTS = ROOT / "manifests"
 KUSTOMIZATIONS = ["base", "overlays/bind", "overlays/default-scheduler", "overlays/mtls"]
-
-
-def render(kustomization: str) -> list[dict]:  # type: ignore[type-arg]
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.fail("kubectl is required to render the manifests (scripts/setup.sh builds it)")
-    out = subprocess.run(
-        [kubectl, "kustomize", str(MANIFESTS / kustomization)], capture_output=True, text=True, check=True
-    )
-    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
 
 
 def configmap(docs: list[dict], prefix: str) -> dict:  # type: ignore[type-arg]
@@ -33,7 +18,7 @@ def configmap(docs: list[dict], prefix: str) -> dict:  # type: ignore[type-arg]
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
 def test_shipped_loadext_config_is_valid(kustomization: str) -> None:
-    docs = render(kustomization)
+    docs = kustomize(kustomization)
     config = parse_config(configmap(docs, "loadext-config")["data"]["config.yaml"])
     assert config.bind_enabled is (kustomization == "overlays/bind")
 
@@ -43,16 +28,16 @@ def test_rbac_grants_binding_only_in_the_bind_overlay() -> None:
         role = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "loadext")
         return {r for rule in role["rules"] for r in rule["resources"]}
 
-    assert "pods/binding" not in loadext_resources(render("base"))
-    assert "pods/binding" in loadext_resources(render("overlays/bind"))
+    assert "pods/binding" not in loadext_resources(kustomize("base"))
+    assert "pods/binding" in loadext_resources(kustomize("overlays/bind"))
     bind_scheduler = yaml.safe_load(
-        configmap(render("overlays/bind"), "loadext-scheduler-config")["data"]["scheduler-config.yaml"]
+        configmap(kustomize("overlays/bind"), "loadext-scheduler-config")["data"]["scheduler-config.yaml"]
     )
     assert bind_scheduler["extenders"][0]["bindVerb"] == "bind"
 
 
 def test_workloads_run_as_non_root_with_read_only_root() -> None:
-    for doc in render("base"):
+    for doc in kustomize("base"):
         if doc["kind"] != "Deployment":
             continue
         pod = doc["spec"]["template"]["spec"]
@@ -69,14 +54,14 @@ def _deployment(docs: list[dict], name: str) -> dict:  # type: ignore[type-arg]
 
 @pytest.mark.parametrize("kustomization", ["base", "overlays/bind", "overlays/mtls"])
 def test_loadext_args_are_accepted_by_the_cli_and_fit_the_grace_period(kustomization: str) -> None:
-    pod = _deployment(render(kustomization), "loadext")["spec"]["template"]["spec"]
+    pod = _deployment(kustomize(kustomization), "loadext")["spec"]["template"]["spec"]
     args = [a.replace("$(POD_NAMESPACE)", "loadext") for a in pod["containers"][0]["args"]]
     parsed = build_parser().parse_args(args)  # exits (fails the test) on an unknown or bad flag
     assert parsed.shutdown_delay + parsed.shutdown_timeout < pod["terminationGracePeriodSeconds"]
 
 
 def test_mtls_overlay_wires_certificates_end_to_end() -> None:
-    docs = render("overlays/mtls")
+    docs = kustomize("overlays/mtls")
     certificates = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Certificate"}
     issuers = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Issuer"}
     serving, client = certificates["loadext-serving"], certificates["loadext-scheduler-client"]

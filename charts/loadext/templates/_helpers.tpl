@@ -1,0 +1,45 @@
+{{/* The release's base name: the release name, or release-chart when the chart name is not in it. */}}
+{{- define "loadext.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "loadext.schedulerFullname" -}}
+{{- printf "%s-scheduler" (include "loadext.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "loadext.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/part-of: loadext
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "loadext.selectorLabels" -}}
+app.kubernetes.io/name: loadext
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "loadext.schedulerSelectorLabels" -}}
+app.kubernetes.io/name: loadext-scheduler
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "loadext.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* loadext's config: the values' config with bind switched by .Values.bind. */}}
+{{- define "loadext.config" -}}
+{{- $config := deepCopy .Values.config -}}
+{{- $_ := set $config "bind" (dict "enabled" .Values.bind) -}}
+{{- toYaml $config -}}
+{{- end -}}
+
+{{- define "loadext.serviceHost" -}}
+{{- printf "%s.%s.svc" (include "loadext.fullname" .) .Release.Namespace -}}
+{{- end -}}

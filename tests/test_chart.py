@@ -1,0 +1,160 @@
+"""The Helm chart: it lints, renders with default and non-default values, refuses values of the
+wrong type by name (values.schema.json), and ships what the kustomize manifests ship, from
+the same sources (config defaults, alerts, dashboards, version)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.deploy import CHART, ROOT, find, helm, kustomize, template
+from loadext.cli import build_parser
+from loadext.config import parse_config
+
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def pod_spec(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = find(docs, "Deployment", name)["spec"]["template"]["spec"]
+    return spec
+
+
+def scheduler_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    configmap = next(
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("loadext-scheduler-config")
+    )
+    parsed: dict[str, Any] = yaml.safe_load(configmap["data"]["scheduler-config.yaml"])
+    return parsed
+
+
+def loadext_config(docs: list[dict[str, Any]], name: str = "loadext-config") -> dict[str, Any]:
+    parsed: dict[str, Any] = yaml.safe_load(find(docs, "ConfigMap", name)["data"]["config.yaml"])
+    return parsed
+
+
+def test_chart_lints() -> None:
+    result = helm("lint", str(CHART), "--strict")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_default_chart_is_the_kustomize_base() -> None:
+    """Release `loadext` in namespace `loadext` names everything as manifests/base does."""
+    chart, base = template(), kustomize("base")
+
+    def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] not in ("Namespace", "ConfigMap")}
+
+    assert names(chart) == names(base)
+    # One source of truth for the config defaults: the chart's equal manifests/base/config.yaml.
+    assert loadext_config(chart) == yaml.safe_load((ROOT / "manifests/base/config.yaml").read_text())
+    assert scheduler_config(chart) == scheduler_config(base)
+    for name in ("loadext", "loadext-scheduler"):
+        ours, theirs = pod_spec(chart, name), pod_spec(base, name)
+        containers = [{k: v for k, v in c.items() if k != "imagePullPolicy"} for c in ours["containers"]]
+        assert containers == theirs["containers"], name
+        for key in ("securityContext", "serviceAccountName", "terminationGracePeriodSeconds", "priorityClassName"):
+            assert ours.get(key) == theirs.get(key), key
+    for kind in ("ClusterRole", "Role"):
+        for doc in base:
+            if doc["kind"] == kind:
+                assert find(chart, kind, doc["metadata"]["name"])["rules"] == doc["rules"]
+    assert (
+        find(chart, "NetworkPolicy", "loadext")["spec"]["ingress"][0]["ports"]
+        == find(base, "NetworkPolicy", "loadext")["spec"]["ingress"][0]["ports"]
+    )
+
+
+def test_json_logs_by_default_in_chart_and_manifests() -> None:
+    for docs in (template(), kustomize("base"), kustomize("overlays/mtls")):
+        args = pod_spec(docs, "loadext")["containers"][0]["args"]
+        assert "--log-format=json" in args[: args.index("serve")]
+
+
+def test_non_default_values(tmp_path: Path) -> None:
+    values = {
+        "image": {"repository": "registry.example/platform/loadext", "tag": "9.9.9"},
+        "replicas": 3,
+        "logFormat": "text",
+        "bind": True,
+        "mtls": {"enabled": True},
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "scheduler": {"name": "load-aware", "extenderWeight": 3, "ignorable": False},
+        "config": {
+            "prometheus": {"url": "http://prom.monitoring:9090"},
+            "preset": "node-exporter-by-ip",
+            "signals": [{"name": "cpu", "threshold": 0.7, "weight": 2}],
+        },
+    }
+    docs = template("edge", "platform", values, tmp_path)
+    deployment = find(docs, "Deployment", "edge-loadext")
+    assert deployment["spec"]["replicas"] == 3
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.example/platform/loadext:9.9.9"
+    args = [a.replace("$(POD_NAMESPACE)", "platform") for a in container["args"]]
+    parsed = build_parser().parse_args(args)  # every flag the chart writes is one loadext accepts
+    assert parsed.log_format == "text" and parsed.configmap == ("platform", "edge-loadext-config")
+    assert (parsed.tls_cert, parsed.tls_client_ca) == ("/etc/loadext/tls/tls.crt", "/etc/loadext/tls/ca.crt")
+    assert container["readinessProbe"]["httpGet"]["port"] == "metrics"
+
+    config = parse_config(yaml.safe_dump(loadext_config(docs, "edge-loadext-config")))
+    assert config.bind_enabled is True
+    assert config.prometheus.url == "http://prom.monitoring:9090"
+
+    scheduler = yaml.safe_load(
+        find(docs, "ConfigMap", "edge-loadext-scheduler-config")["data"]["scheduler-config.yaml"]
+    )
+    assert scheduler["profiles"] == [{"schedulerName": "load-aware"}]
+    extender = scheduler["extenders"][0]
+    assert extender["urlPrefix"] == "https://edge-loadext.platform.svc:8888" and extender["bindVerb"] == "bind"
+    assert (extender["weight"], extender["ignorable"], extender["enableHTTPS"]) == (3, False, True)
+    serving = find(docs, "Certificate", "edge-loadext-serving")["spec"]
+    assert extender["tlsConfig"]["serverName"] in serving["dnsNames"]
+    scheduler_pod = pod_spec(docs, "edge-loadext-scheduler")
+    secrets = {v["secret"]["secretName"] for v in scheduler_pod["volumes"] if "secret" in v}
+    assert find(docs, "Certificate", "edge-loadext-scheduler-client")["spec"]["secretName"] in secrets
+
+    role = find(docs, "ClusterRole", "edge-loadext")
+    assert any("pods/binding" in rule["resources"] for rule in role["rules"])
+    assert find(docs, "ServiceMonitor", "edge-loadext")["spec"]["endpoints"][0]["port"] == "metrics"
+    rules = yaml.safe_load((ROOT / "manifests/rules/loadext-rules.yaml").read_text())
+    assert find(docs, "PrometheusRule", "edge-loadext")["spec"]["groups"] == rules["groups"]
+
+
+def test_dashboards_ship_from_the_same_json() -> None:
+    shipped = {
+        key: value
+        for d in template()
+        if d["kind"] == "ConfigMap" and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
+        for key, value in d["data"].items()
+    }
+    dashboards = {p.name: p.read_text() for p in (ROOT / "dashboards").glob("*.json")}
+    assert {k: json.loads(v) for k, v in shipped.items()} == {k: json.loads(v) for k, v in dashboards.items()}
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("replicas=two", "at '/replicas': got string, want integer"),
+        ("config.signals[0].name=cpu,config.signals[0].threshold=85", "at '/config/signals/0/threshold': maximum"),
+        ("logFormat=yaml", "at '/logFormat'"),
+        ("scheduler.httpTimeout=soon", "at '/scheduler/httpTimeout'"),
+        ("replcas=2", "additional properties 'replcas' not allowed"),
+    ],
+)
+def test_values_of_the_wrong_type_fail_by_name(setting: str, named: str) -> None:
+    result = helm("template", "x", str(CHART), "--set", setting)
+    assert result.returncode != 0
+    assert named in result.stderr, result.stderr
+
+
+def test_one_version_everywhere() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    kustomization = yaml.safe_load((ROOT / "manifests/base/kustomization.yaml").read_text())
+    assert chart["appVersion"] == VERSION
+    assert kustomization["images"] == [{"name": "loadext", "newName": "localhost/loadext", "newTag": VERSION}]
