@@ -190,6 +190,23 @@ def names_request(*nodes: str) -> dict[str, Any]:
     return request
 
 
+def full_nodes_request(nodes: dict[str, str]) -> dict[str, Any]:
+    """A non-cache request whose Node objects carry the given InternalIPs."""
+    request: dict[str, Any] = orjson.loads(fixture_bytes("filter-nodes.json"))
+    template = request["Nodes"]["items"][0]
+    items = []
+    for name, ip in nodes.items():
+        node = orjson.loads(orjson.dumps(template))
+        node["metadata"]["name"] = name
+        node["status"]["addresses"] = [
+            {"type": "InternalIP", "address": ip},
+            {"type": "Hostname", "address": name},
+        ]
+        items.append(node)
+    request["Nodes"]["items"] = items
+    return request
+
+
 async def sees(loadext: Loadext, expected: dict[str, dict[str, float]]) -> None:
     """Wait until loadext's snapshot holds exactly these values for these nodes."""
 

@@ -12,8 +12,7 @@ import pytest
 
 from harness.prometheus import PrometheusServer, backfill
 from loadext.presets import PRESETS
-from tests.conftest import StartLoadext, eventually
-from tests.test_prometheus import full_nodes_request, names_request
+from tests.conftest import StartLoadext, eventually, full_nodes_request, names_request
 
 STEP = 15
 Series = tuple[str, dict[str, str], float, bool]  # name, labels, value or rate per second, is counter

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import orjson
 import pytest
@@ -18,7 +17,7 @@ from tests.conftest import (
     Loadext,
     StartLoadext,
     eventually,
-    fixture_bytes,
+    full_nodes_request,
     live_config,
     metric_value,
     names_request,
@@ -103,23 +102,6 @@ async def test_series_matching_no_node_are_reported(
 
     await eventually(reported)
     assert metric_value(await loadext.metrics(), "loadext_unmatched_series", signal="cpu") == 1
-
-
-def full_nodes_request(nodes: dict[str, str]) -> dict[str, Any]:
-    """A non-cache request whose Node objects carry the given InternalIPs."""
-    request: dict[str, Any] = orjson.loads(fixture_bytes("filter-nodes.json"))
-    template = request["Nodes"]["items"][0]
-    items = []
-    for name, ip in nodes.items():
-        node = orjson.loads(orjson.dumps(template))
-        node["metadata"]["name"] = name
-        node["status"]["addresses"] = [
-            {"type": "InternalIP", "address": ip},
-            {"type": "Hostname", "address": name},
-        ]
-        items.append(node)
-    request["Nodes"]["items"] = items
-    return request
 
 
 async def test_address_identities_match_internal_ips_including_ipv6(
