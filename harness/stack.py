@@ -1,5 +1,7 @@
 """A live monitoring stack: `loadext serve` deciding for synthetic nodes, a real Prometheus
-scraping both the nodes' exporter and loadext's own /metrics, and scheduler-shaped traffic.
+scraping the nodes' exporter, a kube-state-metrics stand-in (its kube_pod_info for pods on those
+nodes) and loadext's own /metrics, and scheduler-shaped traffic. Given a control plane, loadext
+also watches its Nodes, so the watch-health metric has series.
 
 The dashboard tests send every panel's query to this Prometheus, and docs/render_dashboards.py
 draws the panels from it.
@@ -16,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.exporter import Exporter
-from harness.kubernetes import Process, wait_until
+from harness.kubernetes import ControlPlane, Process, wait_until
 from harness.loadext import ready, serve_argv
+from harness.node_exporter import KubeStateMetrics
 from harness.prometheus import PrometheusServer, free_port
 
 NODES = {f"worker-{i}": ((i * 23) % 100 / 100, (i * 41) % 100 / 100) for i in range(1, 9)}
@@ -43,18 +46,23 @@ def post(url: str, body: dict[str, Any] | bytes) -> int:
 
 
 class LiveStack:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, kube: ControlPlane | None = None) -> None:
         self.workdir = workdir
         self.exporter = Exporter()
-        for node, (cpu, memory) in NODES.items():
+        self.kube_state_metrics = KubeStateMetrics()
+        for number, (node, (cpu, memory)) in enumerate(NODES.items(), start=1):
             self.set_load(node, cpu, memory)
+            self.kube_state_metrics.add_node(node, f"10.0.0.{number}", cpu=8, memory_bytes=32e9)
+            for pod in range(number % 3 + 1):
+                self.kube_state_metrics.add_pod("demo", f"web-{node}-{pod}", node, f"10.0.0.{number}")
         self.loadext_port = free_port()
         self.prometheus = PrometheusServer(str(workdir), self._scrape_config())
         self.config_path = workdir / "loadext.yaml"
         self.config_path.write_text(CONFIG.format(url=self.prometheus.url))
         self.url = f"http://127.0.0.1:{self.loadext_port}"
+        watch = ["--kubeconfig", str(kube.admin_kubeconfig), "--watch-nodes"] if kube is not None else []
         self.loadext = Process(
-            "loadext", serve_argv(self.config_path, self.loadext_port, "--reload-interval", "200ms"), workdir
+            "loadext", serve_argv(self.config_path, self.loadext_port, "--reload-interval", "200ms", *watch), workdir
         )
         self._stop = threading.Event()
         self._traffic: threading.Thread | None = None
@@ -66,6 +74,9 @@ class LiveStack:
             "  - job_name: nodes\n"
             "    honor_labels: true\n"
             f"    static_configs: [{{targets: ['{self.exporter.target}']}}]\n"
+            "  - job_name: kube-state-metrics\n"
+            "    honor_labels: true\n"
+            f"    static_configs: [{{targets: ['{self.kube_state_metrics.target}']}}]\n"
             "  - job_name: loadext\n"
             f"    static_configs: [{{targets: ['127.0.0.1:{self.loadext_port}']}}]\n"
         )
@@ -121,3 +132,4 @@ class LiveStack:
         self.loadext.stop()
         self.prometheus.stop()
         self.exporter.close()
+        self.kube_state_metrics.close()
