@@ -4,7 +4,8 @@
 # package list, so a second call is instant. Usage: packaging/rootfs.sh VARIANT PACKAGES
 #   e.g. packaging/rootfs.sh minbase python3,ca-certificates
 # With a third argument `slim`, documentation, man pages and locales are left out (as Debian's
-# slim images do), for the container image; without it the tree is stock Debian.
+# slim images do), and glibc's iconv modules (8 MB; Python has its own codecs), for the
+# container image; without it the tree is stock Debian.
 # Prints the tarball's path on stdout (progress goes to stderr).
 set -euo pipefail
 variant=$1 packages=$2 flavour=${3:-stock}
@@ -12,7 +13,7 @@ cache="${LOADEXT_IMAGE_CACHE:-$HOME/.cache/loadext-image}"
 out="$cache/bookworm-${variant}-${flavour}-$(echo "$packages" | tr ',' '+').tar"
 slim=()
 if [[ $flavour == slim ]]; then
-  for path in '/usr/share/doc/*' '/usr/share/man/*' '/usr/share/locale/*'; do
+  for path in '/usr/share/doc/*' '/usr/share/man/*' '/usr/share/locale/*' '/usr/lib/x86_64-linux-gnu/gconv/*'; do
     slim+=(--dpkgopt="path-exclude=$path")
   done
   slim+=(--dpkgopt='path-include=/usr/share/doc/*/copyright')
