@@ -1,4 +1,9 @@
-"""Command line: serve, check-config, explain."""
+"""Command line: serve, check-config, explain, replay.
+
+Exit codes (the same for every command; `loadext --help` lists them): 0 ok; 1 invalid config
+or unreadable input; 2 usage error; 3 Prometheus failed a query or had no data for it. Every
+failure is one line on stderr, never a traceback.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from loadext import __version__
 from loadext.config import Config, ConfigError, load_config, parse_config, parse_duration
 from loadext.extender import Extender
 from loadext.logs import configure as configure_logs
+from loadext.prometheus import PrometheusSource, QueryError, QueryResult
 from loadext.telemetry import Telemetry
 
 log = logging.getLogger("loadext")
@@ -65,19 +71,67 @@ def _configmap_ref(value: str) -> tuple[str, str]:
     return namespace, name
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loadext", description="Load-aware scheduling extender for kube-scheduler.")
-    parser.add_argument("--version", action="version", version=f"loadext {__version__}")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_PROMETHEUS = 0, 1, 2, 3
+
+EXAMPLES = """examples:
+  loadext check-config config.yaml                       validate a config, its PromQL included
+  loadext check-config config.yaml --prometheus http://prometheus:9090   and run each query once
+  loadext serve --config config.yaml --listen 127.0.0.1:8888
+  loadext serve --configmap loadext/loadext-config --watch-nodes --log-format json
+  loadext explain --config config.yaml                   every node's values and verdict, from Prometheus
+  loadext explain --url http://loadext:8888 --pod default/web-0   a pod's last decisions, and why
+  loadext replay --config candidate.yaml --current config.yaml --since 6h
+
+exit codes: 0 ok; 1 invalid config or unreadable input; 2 usage error;
+            3 Prometheus failed a query, or had no data for it
+global options (--log-level, --log-format) go before or after the command."""
+
+
+def _global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """On the top parser with defaults, and on each command without, so that they are accepted
+    after the command too and only override when given there."""
+    parser.add_argument(
+        "--log-level",
+        default="info" if defaults else argparse.SUPPRESS,
+        choices=["debug", "info", "warning", "error"],
+        help="the level of loadext's own log lines (default info)",
+    )
     parser.add_argument(
         "--log-format",
-        default="text",
+        default="text" if defaults else argparse.SUPPRESS,
         choices=["text", "json"],
-        help="text for people, json (one object per line) for log pipelines",
+        help="text for people, json (one object per line) for log pipelines (default text)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loadext",
+        description="Load-aware scheduling extender for kube-scheduler.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"loadext {__version__}")
+    _global_options(parser, defaults=True)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the extender HTTP server")
+    def command(name: str, help_text: str, examples: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog="examples:\n" + examples,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _global_options(sub, defaults=False)
+        return sub
+
+    serve = command(
+        "serve",
+        "run the extender HTTP server",
+        "  loadext serve --config config.yaml --listen 127.0.0.1:8888\n"
+        "  loadext serve --configmap loadext/loadext-config --watch-nodes --log-format json",
+    )
     source = serve.add_mutually_exclusive_group(required=True)
     source.add_argument("--config", help="YAML config file (a mounted ConfigMap key), reloaded when it changes")
     source.add_argument(
@@ -164,13 +218,27 @@ def build_parser() -> argparse.ArgumentParser:
         "on by itself when herdGuard is enabled at start)",
     )
 
-    check = commands.add_parser("check-config", help="validate a config file; exit 1 on errors")
-    check.add_argument("file")
+    check = command(
+        "check-config",
+        "validate a config file, every signal's PromQL included; with --prometheus also run each query "
+        "once and check what it returns (exit 1 on errors, 3 if Prometheus fails a query)",
+        "  loadext check-config config.yaml\n  loadext check-config config.yaml --prometheus http://prometheus:9090",
+    )
+    check.add_argument("file", help="the YAML config file (what the ConfigMap's config.yaml key holds)")
+    check.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="also run each query once against this Prometheus (instead of prometheus.url) and report "
+        "series, the node-identity label and the value range",
+    )
 
-    explain = commands.add_parser(
+    explain = command(
         "explain",
-        help="show every node's values, verdict and score: from one Prometheus query (--config) or from "
+        "show every node's values, verdict and score: from one Prometheus query (--config) or from "
         "a running loadext (--url), or a pod's last decisions (--url with --pod)",
+        "  loadext explain --config config.yaml --node worker-3\n"
+        "  loadext explain --url http://127.0.0.1:8888 --output json\n"
+        "  loadext explain --url http://127.0.0.1:8888 --pod default/web-0",
     )
     where = explain.add_mutually_exclusive_group(required=True)
     where.add_argument("--config", help="query Prometheus once with this config")
@@ -184,10 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="a node name to include even if no series names it (repeatable)",
     )
-    replay = commands.add_parser(
+    replay = command(
         "replay",
-        help="what a candidate config would have refused and preferred over Prometheus history, "
+        "what a candidate config would have refused and preferred over Prometheus history, "
         "side by side with the config in force",
+        "  loadext replay --config candidate.yaml --current config.yaml --since 6h --step 1m --chart replay.png",
     )
     replay.add_argument("--config", required=True, help="the candidate config")
     replay.add_argument("--current", help="the config in force (default: the candidate alone)")
@@ -198,14 +267,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class NoData(Exception):
+    """Prometheus answered, but with nothing loadext can decide on."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logs(args.log_level, args.log_format)
     try:
         if args.command == "check-config":
-            config = load_config(args.file)
-            print(f"{args.file}: ok (hash {config.hash}, signals: {', '.join(s.name for s in config.signals)})")
-            return 0
+            return _check_config(args)
         if args.command == "explain":
             return _explain(args)
         if args.command == "replay":
@@ -215,10 +286,61 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{exc.source}: invalid config", file=sys.stderr)
         for error in exc.errors:
             print(f"  {error}", file=sys.stderr)
-        return 1
-    except (OSError, KeyError) as exc:
+        return EXIT_INVALID
+    except QueryError as exc:
+        print(f"error: prometheus query failed ({exc.kind}): {exc.detail}", file=sys.stderr)
+        return EXIT_PROMETHEUS
+    except NoData as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_PROMETHEUS
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = load_config(args.file, check_queries=True)
+    print(f"{args.file}: ok (hash {config.hash}, signals: {', '.join(s.name for s in config.signals)})")
+    if not args.prometheus:
+        return EXIT_OK
+    from dataclasses import replace
+
+    source = PrometheusSource(replace(config.prometheus, url=args.prometheus.rstrip("/")))
+    identity = config.node_identity
+    worst = EXIT_OK
+    try:
+        for signal in config.signals:
+            try:
+                result = source.query(signal.name, config.query_for(signal), identity.label, identity.kind)
+            except QueryError as exc:
+                print(f"  {signal.name}: query failed ({exc.kind}): {exc.detail}")
+                worst = EXIT_PROMETHEUS
+                continue
+            problem = _result_problem(result, identity.label)
+            mapped = len(result.values)
+            line = f"  {signal.name}: {mapped + result.unlabelled} series, {mapped} with label {identity.label!r}"
+            if result.values:
+                line += f", values {min(result.values.values()):.2f}..{max(result.values.values()):.2f}"
+            print(line + (f": {problem}" if problem else ""))
+            if problem and worst == EXIT_OK:
+                worst = EXIT_INVALID
+    finally:
+        source.close()
+    return worst
+
+
+def _result_problem(result: QueryResult, label: str) -> str | None:
+    """What makes a query's answer unusable for loadext, said so that it can be fixed."""
+    if not result.values and not result.unlabelled:
+        return "returned no series (a typo in a metric name or label, or nothing scraped yet?)"
+    if not result.values:
+        return f"no series has the label {label!r}: check nodeIdentity (or the preset)"
+    if result.highest is not None and result.highest > 1.5:
+        return (
+            f"values up to {result.highest:g} look like percent (0-100); loadext needs a 0..1 ratio: "
+            "divide the query by 100"
+        )
+    return None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -339,6 +461,14 @@ def _explain(args: argparse.Namespace) -> int:
     asyncio.run(once())
     refresher.close()
     report = extender.explain()
+    failed = [s for s in report["signals"] if s["failingFor"] is not None]
+    if failed:
+        for signal in failed:
+            error = signal["lastError"]
+            print(
+                f"error: signal {signal['name']}: query failed ({error['kind']}): {error['message']}", file=sys.stderr
+            )
+        return EXIT_PROMETHEUS
     if args.output == "json":
         sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     else:
@@ -356,9 +486,15 @@ def _replay(args: argparse.Namespace) -> int:
     runs = {"candidate": load_config(args.config)}
     if args.current:
         runs = {"current": load_config(args.current), **runs}
-    steps = {
-        name: replay.evaluate(replay.fetch(config, start, end, args.step), config) for name, config in runs.items()
-    }
+    steps = {}
+    for name, config in runs.items():
+        history = replay.fetch(config, start, end, args.step)
+        if not history:
+            raise NoData(
+                f"no samples for any signal of the {name} config between {time_text(start)} and "
+                f"{time_text(end)} UTC (check the queries with check-config --prometheus)"
+            )
+        steps[name] = replay.evaluate(history, config)
     current = steps.get("current", steps["candidate"])
     summary = replay.compare(current, steps["candidate"])
     if args.output == "json":
@@ -489,6 +625,14 @@ def format_explain(report: dict[str, Any]) -> str:
     if report["degraded"]:
         lines.append("DEGRADED: no fresh data from Prometheus; the failure policy decides every node")
     for s in report["signals"]:
+        error = s.get("lastError")
+        if s.get("failingFor") is not None and error:
+            success = "never" if s["lastSuccess"] is None else f"{report['time'] - s['lastSuccess']:.0f}s ago"
+            lines.append(
+                f"{s['name']}: queries failing for {s['failingFor']:.0f}s ({error['kind']}): {error['message']}; "
+                f"last success {success}"
+            )
+            continue  # its series are missing because of that, whatever the mapping says
         if s["unmappedNodes"]:
             lines.append(
                 f"{s['name']}: {len(s['unmappedNodes'])} nodes without a series: " + ", ".join(s["unmappedNodes"][:10])

@@ -7,6 +7,7 @@ error names the field path and the line it came from.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -149,9 +150,12 @@ class FieldError:
     path: str
     line: int | None
     message: str
+    column: int | None = None
 
     def __str__(self) -> str:
         where = f"line {self.line}: " if self.line else ""
+        if self.line and self.column:
+            where = f"line {self.line}, column {self.column}: "
         return f"{where}{self.path}: {self.message}"
 
 
@@ -168,10 +172,12 @@ class ConfigError(ValueError):
 
 
 class _LineDict(dict[str, Any]):
-    """A mapping that remembers the line of each key, so errors can point at it."""
+    """A mapping that remembers the line of each key, so errors can point at it, and where each
+    value starts (line, column), for errors inside a value such as a query."""
 
     line: int = 0
     lines: dict[str, int]
+    starts: dict[str, tuple[int, int | None]]
 
 
 class _LineList(list[Any]):
@@ -187,6 +193,7 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _Line
     mapping = _LineDict()
     mapping.line = node.start_mark.line + 1
     mapping.lines = {}
+    mapping.starts = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         line = key_node.start_mark.line + 1
@@ -196,6 +203,10 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _Line
             raise yaml.MarkedYAMLError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
         mapping[key] = loader.construct_object(value_node, deep=True)
         mapping.lines[key] = line
+        mark = value_node.start_mark
+        # A block scalar (query: >-) starts on the line after its indicator, at its indentation.
+        folded = isinstance(value_node, yaml.ScalarNode) and value_node.style in ("|", ">")
+        mapping.starts[key] = (mark.line + 2, None) if folded else (mark.line + 1, mark.column + 1)
     return mapping
 
 
@@ -255,6 +266,11 @@ class _Section:
     def error(self, key: str, message: str) -> None:
         self.errors.append(FieldError(self.child_path(key), self.lines.get(key, self.line), message))
 
+    def value_error(self, key: str, message: str) -> None:
+        """An error inside the key's value, pointed at where the value starts."""
+        line, column = getattr(self.data, "starts", {}).get(key, (self.lines.get(key, self.line), None))
+        self.errors.append(FieldError(self.child_path(key), line, message, column))
+
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
@@ -277,11 +293,18 @@ class _Section:
         self.seen.add(key)
         return self.data.get(key)
 
+    def name_by(self, label: str) -> None:
+        """Errors below an entry of a list name it by `label` (signals[cpu]) rather than by index,
+        once the entry's own name is known."""
+        self.path = f"{self.path.rpartition('[')[0]}[{label}]"
+
     def finish(self) -> None:
         for key in self.data:
             if key not in self.seen:
                 known = ", ".join(sorted(self.seen))
-                self.error(key, f"unknown key (known keys here: {known})")
+                close = difflib.get_close_matches(str(key), sorted(self.seen), n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                self.error(key, f"unknown key; {hint}(known keys here: {known})")
 
 
 def _string(value: Any) -> str:
@@ -298,6 +321,9 @@ def _boolean(value: Any) -> bool:
 
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
+        percent = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", value) if isinstance(value, str) else None
+        if percent:
+            raise ValueError(f"must be a number, got {value!r}: write {float(percent.group(1)) / 100:g}, a ratio")
         raise ValueError(f"must be a number, got {value!r}")
     return float(value)
 
@@ -311,8 +337,10 @@ def _positive_duration(value: Any) -> float:
 
 def _ratio(value: Any) -> float:
     number = _number(value)
+    if 1 < number <= 100:
+        raise ValueError(f"must be a ratio in (0, 1], got {number:g}: for {number:g}% write {number / 100:g}")
     if not 0 < number <= 1:
-        raise ValueError(f"must be a ratio in (0, 1], got {number}")
+        raise ValueError(f"must be a ratio in (0, 1], got {number:g}")
     return number
 
 
@@ -342,8 +370,12 @@ def _url(value: Any) -> str:
 # --- document ----------------------------------------------------------------------------------
 
 
-def parse_config(text: str, source: str = "config") -> Config:
-    """Parse and validate a YAML config document, or raise ConfigError listing every problem."""
+def parse_config(text: str, source: str = "config", check_queries: bool = False) -> Config:
+    """Parse and validate a YAML config document, or raise ConfigError listing every problem.
+
+    With `check_queries` every signal's PromQL is parsed too (check-config does; a live reload
+    does not, so that a parser lagging Prometheus' syntax can never lock a working config out).
+    """
     try:
         data = yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as exc:
@@ -353,20 +385,44 @@ def parse_config(text: str, source: str = "config") -> Config:
         raise ConfigError([FieldError("<document>", None, f"invalid YAML: {exc}")], source) from exc
     errors: list[FieldError] = []
     if data is None:
-        data = _LineDict()
-        data.lines = {}
+        what = "the file is empty" if not text.strip() else "the document holds no settings (only comments?)"
+        needed = f"{what}: it needs at least prometheus.url, and a preset or signals"
+        raise ConfigError([FieldError("<document>", None, needed)], source)
     document = _Section(data, "", errors, 1)
     if not document.valid:
         raise ConfigError(errors, source)
     config = _build(document)
+    if check_queries:
+        _check_queries(document, config)
     if errors:
         raise ConfigError(errors, source)
     return config
 
 
-def load_config(path: str) -> Config:
+def load_config(path: str, check_queries: bool = False) -> Config:
     with open(path, encoding="utf-8") as handle:
-        return parse_config(handle.read(), source=path)
+        return parse_config(handle.read(), source=path, check_queries=check_queries)
+
+
+def _check_queries(doc: _Section, config: Config) -> None:
+    """Each query's PromQL, reported at the signal's own query, or at `preset` for a preset's."""
+    from loadext.promql import syntax_error
+
+    listed = doc.data.get("signals")
+    entries = {
+        item.get("name"): (f"signals[{item.get('name')}]", item)
+        for item in (listed if isinstance(listed, list) else [])
+        if isinstance(item, dict) and "query" in item
+    }
+    for signal in config.signals:
+        problem = syntax_error(signal.query)
+        if problem is None:
+            continue
+        if signal.name in entries:
+            path, item = entries[signal.name]
+            _Section(item, path, doc.errors, None).value_error("query", f"PromQL does not parse: {problem}")
+        else:
+            doc.error("preset", f"the preset's {signal.name} query does not parse: {problem}")
 
 
 def _build(doc: _Section) -> Config:
@@ -489,6 +545,8 @@ def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
             entry.error("name", "is required")
         elif name in {p.name for p in pools}:
             entry.error("name", f"pool {name!r} is listed twice")
+        if name:
+            entry.name_by(name)
         selector = entry.raw("nodeSelector")
         if (
             not isinstance(selector, dict)
@@ -503,7 +561,7 @@ def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
             entry.error("signals", "must list at least one {name, threshold, weight} override")
             listed = []
         for signal_index, override in enumerate(listed):
-            where = f"pools[{index}].signals[{signal_index}]"
+            where = f"{entry.path}.signals[{signal_index}]"
             line = listed.lines[signal_index] if isinstance(listed, _LineList) else entry.line
             section = _Section(override, where, doc.errors, line)
             if not section.valid:
@@ -514,6 +572,7 @@ def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
                 section.error("name", f"no signal named {signal_name!r} (signals: {', '.join(by_name)})")
                 section.finish()
                 continue
+            section.name_by(signal_name)
             threshold = base.threshold
             if "threshold" in section.data and section.data["threshold"] is None:
                 threshold = None
@@ -555,6 +614,7 @@ def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...
         user_names.add(name)
         if not _SIGNAL_NAME.match(name):
             entry.error("name", "must match [a-z][a-z0-9_]* (it becomes a metric label)")
+        entry.name_by(name)
         base = merged.get(name, {"query": None, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0})
         if "threshold" in entry.data and entry.data["threshold"] is None:
             base["threshold"] = None  # explicit null: score on this signal, never filter on it

@@ -31,6 +31,7 @@ from loadext.protocol import (
     encode_host_priority_list,
     encode_preemption_result,
 )
+from loadext.signal_health import SignalHealth
 from loadext.snapshot import Snapshot, SnapshotCache
 from loadext.telemetry import Telemetry
 
@@ -65,12 +66,14 @@ class Extender:
     refreshed_once: bool = False
     decisions: DecisionLog = field(default_factory=DecisionLog)
     inflight: InFlight = field(init=False)
+    signal_health: SignalHealth = field(init=False)
     _estimates: LRUCache[str, Usage] = field(default_factory=lambda: LRUCache(maxsize=4096), init=False)
     _table: DecisionTable | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.cache = SnapshotCache(self.config.max_data_age, clock=self.clock)
         self.inflight = InFlight(self.config.herd_guard.window)
+        self.signal_health = SignalHealth(self.clock)
         self._config_applied()
 
     # --- config ---------------------------------------------------------------------------
@@ -81,6 +84,7 @@ class Extender:
         self.inflight.window = config.herd_guard.window
         self.cache.set_max_age(config.max_data_age)
         self.cache.forget_signals_except({s.name for s in config.signals})
+        self.signal_health.forget_except({s.name for s in config.signals})
         self.cache.rebuild()
         self._config_applied()
 
@@ -331,7 +335,10 @@ class Extender:
                 unmatched_series=tuple(unmatched) if known else (),
             )
             previous = self.mapping.get(signal.name)
-            if previous != report and (report.unmapped_nodes or report.unmatched_series):
+            # While the signal's queries fail, its series are missing for that reason (logged
+            # by SignalHealth): pointing at nodeIdentity then would point away from the cause.
+            failing = self.signal_health.failing(signal.name) is not None
+            if previous != report and (report.unmapped_nodes or report.unmatched_series) and not failing:
                 log.warning(
                     "signal %s: %d known nodes have no series (%s); %d series match no node (%s); "
                     "check nodeIdentity (label %r, kind %s)",
@@ -423,6 +430,7 @@ class Extender:
                     "threshold": s.threshold,
                     "weight": s.weight,
                     "lastSuccessAge": _age(now, snapshot.last_success.get(s.name)),
+                    **self.signal_health.report(s.name, now),
                     "series": snapshot.series_counts.get(s.name, 0),
                     "unmappedNodes": list(self.mapping.get(s.name, MappingReport()).unmapped_nodes),
                     "unmatchedSeries": list(self.mapping.get(s.name, MappingReport()).unmatched_series),

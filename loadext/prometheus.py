@@ -43,6 +43,7 @@ class QueryResult:
     invalid: int = 0  # NaN/Inf samples dropped
     unlabelled: int = 0  # series without a usable identity label value
     warnings: list[str] = field(default_factory=list)
+    highest: float | None = None  # the largest finite value before clamping (a 0-100 query shows here)
 
 
 class _BearerTokenFile(requests.auth.AuthBase):
@@ -144,6 +145,7 @@ def parse_vector(result: Any, identity_label: str, identity_kind: str) -> QueryR
     by_stat: dict[str, dict[str, float]] = {"current": {}, "mean": {}, "stddev": {}}
     invalid = unlabelled = 0
     newest = 0.0
+    highest: float | None = None
     for item in result:
         try:
             metric, (stamp, raw) = item["metric"], item["value"]
@@ -153,6 +155,7 @@ def parse_vector(result: Any, identity_label: str, identity_kind: str) -> QueryR
         if not math.isfinite(value):
             invalid += 1
             continue
+        highest = value if highest is None else max(highest, value)
         key = identity_key(str(metric.get(identity_label, "")), identity_kind)
         if key is None:
             unlabelled += 1
@@ -161,4 +164,5 @@ def parse_vector(result: Any, identity_label: str, identity_kind: str) -> QueryR
         stat = by_stat.get(str(metric.get("loadext_stat", "current")), by_stat["current"])
         clamped = min(1.0, max(0.0, value))
         stat[key] = max(clamped, stat.get(key, 0.0))
-    return QueryResult(by_stat["current"], newest, by_stat["mean"], by_stat["stddev"], invalid, unlabelled)
+    current, mean, stddev = by_stat["current"], by_stat["mean"], by_stat["stddev"]
+    return QueryResult(current, newest, mean, stddev, invalid, unlabelled, highest=highest)

@@ -166,7 +166,7 @@ def _decode(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw | bytes, where:
         message, _, path = str(exc).partition(" - at `$")
         raise ProtocolError(f"{where}{path.rstrip('`')}: {message}") from exc
     except msgspec.DecodeError as exc:
-        raise ProtocolError(f"{where}: malformed JSON: {exc}") from exc
+        raise ProtocolError(f"{where}: malformed JSON: {_decode_reason(exc)}") from exc
 
 
 def _top(body: bytes) -> dict[str, msgspec.Raw]:
@@ -184,8 +184,13 @@ def _top(body: bytes) -> dict[str, msgspec.Raw]:
     except msgspec.ValidationError as exc:
         raise ProtocolError(f"body: expected a JSON object ({exc})") from exc
     except msgspec.DecodeError as exc:
-        raise ProtocolError(f"malformed JSON: {exc}") from exc
+        raise ProtocolError(f"malformed JSON: {_decode_reason(exc)}") from exc
     return top
+
+
+def _decode_reason(exc: msgspec.DecodeError) -> str:
+    """msgspec says "JSON is malformed: invalid character (byte 1)": keep the part after it."""
+    return str(exc).removeprefix("JSON is malformed: ") or "not JSON"
 
 
 def field_raw(obj: Mapping[str, msgspec.Raw], name: str) -> msgspec.Raw:

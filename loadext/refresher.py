@@ -26,7 +26,6 @@ class Refresher:
         self._source: PrometheusSource | None = None
         self._source_config: PrometheusConfig | None = None
         self._wake = asyncio.Event()
-        self._errors: dict[str, str] = {}
 
     def _current_source(self) -> PrometheusSource:
         wanted = self.extender.config.prometheus
@@ -79,14 +78,12 @@ class Refresher:
             result = await asyncio.to_thread(source.query, signal, promql, identity.label, identity.kind)
         except QueryError as exc:
             telemetry.query_errors.labels(signal, exc.kind).inc()
-            if self._errors.get(signal) != exc.kind:
-                log.warning("prometheus query for signal %s failed (%s): %s", signal, exc.kind, exc.detail)
-            self._errors[signal] = exc.kind
+            telemetry.last_query_error.labels(signal).set(self.extender.clock())
+            self.extender.signal_health.failed(signal, exc.kind, exc.detail)
             return None
         finally:
             telemetry.query_duration.labels(signal).observe(time.perf_counter() - started)
-        if self._errors.pop(signal, None):
-            log.info("prometheus query for signal %s recovered", signal)
+        self.extender.signal_health.succeeded(signal)
         if result.invalid:
             telemetry.invalid_values.labels(signal).inc(result.invalid)
         for warning in result.warnings:

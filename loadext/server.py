@@ -110,21 +110,30 @@ def _verb_handler(
     outcomes = {o: telemetry.requests.labels(verb, o) for o in OUTCOMES}
     process_tag, serial = f"{verb[:2]}{os.urandom(4).hex()}", itertools.count(1)  # unique, and cheap
 
+    too_large = f"request body too large: over --max-body-size ({limits.max_body_size} bytes)"
+
+    def refuse(status: int, outcome: str, message: str, started: float, **headers: str) -> web.Response:
+        """Refused before the body was read: counted and logged with the reason like the rest."""
+        outcomes[outcome].inc()
+        level = logging.DEBUG if outcome == "overloaded" else logging.WARNING
+        if request_log.isEnabledFor(level):
+            _log_request(level, verb, outcome, time.perf_counter() - started, {}, message)
+        return _json_error(status, verb, message, **headers)
+
     async def handle(request: web.Request) -> web.Response:
         started = time.perf_counter()
         rid = request.headers.get("X-Request-Id") or f"{process_tag}-{next(serial):x}"
         request_id.set(rid)
         outcome = "ok"
+        error = ""
         summary: dict[str, Any] = {}
         length = request.content_length
         if length is not None and length > limits.max_body_size:
-            outcomes["bad_request"].inc()
-            return _json_error(413, verb, f"request body too large: {length} bytes is over --max-body-size")
+            return refuse(413, "bad_request", f"{too_large}: {length} bytes declared", started, **{"X-Request-Id": rid})
         reserved = admission.admit(length)
         if reserved is None:
-            outcomes["overloaded"].inc()
             message = f"{admission.requests} requests in flight; retry later (see --max-concurrent-requests)"
-            return _json_error(503, verb, message, **{"Retry-After": "1", "X-Request-Id": rid})
+            return refuse(503, "overloaded", message, started, **{"Retry-After": "1", "X-Request-Id": rid})
         try:
             async with asyncio.timeout(limits.body_timeout):  # a timer, not a task as wait_for makes
                 body = await request.read()
@@ -132,22 +141,22 @@ def _verb_handler(
             summary = reply.summary
             return web.Response(body=reply.body, content_type=JSON, headers={"X-Request-Id": rid})
         except ProtocolError as exc:
-            outcome = "bad_request"
-            return _json_error(400, verb, str(exc), **{"X-Request-Id": rid})
-        except web.HTTPRequestEntityTooLarge as exc:
-            outcome = "bad_request"
-            return _json_error(413, verb, f"request body too large ({exc.text}); raise --max-body-size")
+            outcome, error = "bad_request", str(exc)
+            return _json_error(400, verb, error, **{"X-Request-Id": rid})
+        except web.HTTPRequestEntityTooLarge:
+            outcome, error = "bad_request", f"{too_large}: the body ran past it"
+            return _json_error(413, verb, error, **{"X-Request-Id": rid})
         except ConnectionResetError:  # the client went away mid-body: nobody to answer
-            outcome = "aborted"
-            return _json_error(400, verb, "client closed the connection")
+            outcome, error = "aborted", "client closed the connection"
+            return _json_error(400, verb, error)
         except TimeoutError:
-            outcome = "timeout"
+            outcome, error = "timeout", f"request body not received within {limits.body_timeout:g}s (--body-timeout)"
             telemetry.slow_clients.labels("body").inc()
-            return _json_error(408, verb, f"request body not received within {limits.body_timeout:g}s")
+            return _json_error(408, verb, error, **{"X-Request-Id": rid})
         except Exception as exc:  # a bug: say so in JSON, keep serving
-            outcome = "error"
+            outcome, error = "error", f"internal error: {type(exc).__name__}: {exc}"
             log.exception("%s failed", verb)
-            return _json_error(500, verb, f"internal error: {type(exc).__name__}: {exc}", **{"X-Request-Id": rid})
+            return _json_error(500, verb, error, **{"X-Request-Id": rid})
         finally:
             admission.release(reserved)
             outcomes[outcome].inc()
@@ -155,27 +164,50 @@ def _verb_handler(
             duration.observe(took)
             level = logging.DEBUG if outcome in ("ok", "overloaded", "aborted") else logging.WARNING
             if request_log.isEnabledFor(level):
-                _log_request(level, verb, outcome, took, summary)
+                _log_request(level, verb, outcome, took, summary, error)
 
     return handle
 
 
-def _log_request(level: int, verb: str, outcome: str, took: float, summary: dict[str, Any]) -> None:
-    """One line per extender call: what was asked, what loadext decided, how long it took.
-    At debug for answered calls (switch on with PUT /debug/loglevel): measured at 500 nodes,
-    a line per call costs about a third of the throughput; at warning for refused ones."""
+def _log_request(level: int, verb: str, outcome: str, took: float, summary: dict[str, Any], error: str = "") -> None:
+    """One line per extender call: what was asked, what loadext decided (or why it refused the
+    call), how long it took. At debug for answered calls (switch on with PUT /debug/loglevel):
+    measured at 500 nodes, a line per call costs about a third of the throughput; at warning
+    for refused ones, always with the reason."""
     fields = {"verb": verb, "outcome": outcome, "duration_ms": round(took * 1000, 3), **summary}
-    request_log.log(level, "%s %s %s", verb, summary.get("pod", "-"), outcome, extra={"fields": fields})
+    if error:
+        fields["error"] = error
+        request_log.log(level, "%s %s %s: %s", verb, summary.get("pod", "-"), outcome, error, extra={"fields": fields})
+    else:
+        request_log.log(level, "%s %s %s", verb, summary.get("pod", "-"), outcome, extra={"fields": fields})
 
 
 @web.middleware
 async def _edges(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Per request, for every route: the header deadline learns its headers are in, and while
-    draining each reply closes its connection so the client reconnects elsewhere."""
-    response: web.StreamResponse = await track_handling(request, handler)
+    """Per request, for every route: the header deadline learns its headers are in, unknown
+    paths and wrong methods get a JSON error naming what exists, and while draining each reply
+    closes its connection so the client reconnects elsewhere."""
+    try:
+        response: web.StreamResponse = await track_handling(request, handler)
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
+        response = _routing_error(request, exc)
     if request.app[RUNTIME].draining:
         response.force_close()
     return response
+
+
+def _routing_error(request: web.Request, exc: web.HTTPException) -> web.Response:
+    routes = sorted(
+        {f"{r.method} {r.resource.canonical}" for r in request.app.router.routes() if r.resource and r.method != "HEAD"}
+    )
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods - {"HEAD"}))
+        message = f"{request.method} {request.path}: method not allowed, use {allowed}"
+        headers = {"Allow": ", ".join(sorted(exc.allowed_methods))}
+    else:
+        message, headers = f"{request.method} {request.path}: no such endpoint (endpoints: {', '.join(routes)})", {}
+    log.warning("%s %s: %d %s", request.method, request.path, exc.status, message)
+    return web.Response(status=exc.status, body=orjson.dumps({"error": message}), content_type=JSON, headers=headers)
 
 
 RUNTIME = web.AppKey("runtime", Runtime)

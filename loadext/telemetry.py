@@ -139,6 +139,12 @@ class Telemetry:
             ["signal", "error"],
             registry=r,
         )
+        self.last_query_error = Gauge(
+            "loadext_prometheus_last_error_timestamp_seconds",
+            "When a query for the signal last failed (the kind and message are in /explain and the log).",
+            ["signal"],
+            registry=r,
+        )
         self.invalid_values = Counter(
             "loadext_prometheus_invalid_values",
             "NaN or Inf samples dropped, by signal.",

@@ -82,8 +82,9 @@ scoring: {strategy: mostFree}
         "line 3: prometheus.timeout: must be a duration string such as 15s or 1m30s",
         "line 5: maxDataAge: must be at least refreshInterval (10s), or data expires before the "
         "next refresh can renew it",
-        "line 9: signals[0].treshold: unknown key (known keys here: name, query, threshold, weight)",
-        "line 12: signals[1].threshold: must be a ratio in (0, 1], got 1.5",
+        "line 9: signals[cpu].treshold: unknown key; did you mean 'threshold'? (known keys here: name, query, "
+        "threshold, weight)",
+        "line 12: signals[memory].threshold: must be a ratio in (0, 1], got 1.5: for 1.5% write 0.015",
         "line 14: scoring.strategy: must be one of leastLoaded, targetUtilization, riskAware; got 'mostFree'",
         "line 13: missingData: must be one of pass, reject; got 'maybe'",
     ]
@@ -95,7 +96,18 @@ scoring: {strategy: mostFree}
         ("signals: []\n", "prometheus.url: is required"),
         (BASE, "signals: no signals: give a preset or at least one signal"),
         (BASE + "preset: kube-prom\n", "preset: must be one of kube-prometheus-stack"),
-        (BASE + "signals:\n  - {name: cpu}\n", "signals[0].query: is required"),
+        (BASE + "signals:\n  - {name: cpu}\n", "signals[cpu].query: is required"),
+        (
+            BASE + "signals:\n  - {name: cpu, threshold: 85}\n",
+            "signals[cpu].threshold: must be a ratio in (0, 1], got 85: for 85% write 0.85",
+        ),
+        (
+            BASE + "signals:\n  - {name: cpu, threshold: 85%}\n",
+            "signals[cpu].threshold: must be a number, got '85%': write 0.85, a ratio",
+        ),
+        (BASE + "refreshIntervall: 15s\n", "refreshIntervall: unknown key; did you mean 'refreshInterval'?"),
+        ("", "<document>: the file is empty: it needs at least prometheus.url, and a preset or signals"),
+        ("# only a comment\n", "<document>: the document holds no settings (only comments?)"),
         (BASE + "signals:\n  - {name: CPU, query: up}\n", "signals[0].name: must match"),
         (BASE + "signals:\n  - {name: x, query: up, threshold: null, weight: 0}\n", "would do nothing"),
         (BASE + "signals:\n  - {name: x, query: up}\n  - {name: x, query: up}\n", "listed twice"),

@@ -48,22 +48,22 @@ def test_first_matching_pool_wins_and_overrides_only_what_it_names() -> None:
     [
         (
             "pools: [{name: a, nodeSelector: {}, signals: [{name: cpu, threshold: 0.9}]}]",
-            "pools[0].nodeSelector: must be a non-empty map",
+            "pools[a].nodeSelector: must be a non-empty map",
         ),
         (
             "pools: [{name: a, nodeSelector: {p: a}, signals: [{name: disk, threshold: 0.9}]}]",
-            "pools[0].signals[0].name: no signal named 'disk'",
+            "pools[a].signals[0].name: no signal named 'disk'",
         ),
         (
             "pools: [{name: a, nodeSelector: {p: a}, signals: [{name: cpu, threshold: 2}]}]",
-            "pools[0].signals[0].threshold: must be a ratio",
+            "pools[a].signals[cpu].threshold: must be a ratio",
         ),
         (
             "pools: [{name: a, nodeSelector: {p: a}, signals: [{name: cpu}]}, {name: a, nodeSelector: {p: b}, "
             "signals: [{name: cpu}]}]",
             "pools[1].name: pool 'a' is listed twice",
         ),
-        ("pools: [{name: a, nodeSelector: {p: a}, signals: [], extra: 1}]", "pools[0].extra: unknown key"),
+        ("pools: [{name: a, nodeSelector: {p: a}, signals: [], extra: 1}]", "pools[a].extra: unknown key"),
     ],
 )
 def test_pool_errors_name_the_field(pools: str, expected: str) -> None:
