@@ -602,13 +602,18 @@ def format_pod_decisions(report: dict[str, Any]) -> str:
 def format_explain(report: dict[str, Any]) -> str:
     """The table an SRE reads when asking "why not this node"."""
     signals = [s["name"] for s in report["signals"]]
-    header = ["NODE", *(s.upper() for s in signals), "VERDICT", "SCORE", "REASON"]
+    herd = report["herdGuard"]["enabled"]
+    header = ["NODE", *(s.upper() for s in signals), *(["IN FLIGHT"] if herd else []), "VERDICT", "SCORE", "REASON"]
     rows = [header]
     for node in report["nodes"]:
         cells = [node["node"]]
         for signal in signals:
             sample = node["signals"].get(signal)
             cells.append(f"{sample['value'] * 100:.0f}% ({sample['age']:.0f}s)" if sample else "-")
+        if herd:  # pods placed within the window, counted until the metrics can show them
+            flight = node.get("inFlight")
+            pods = f"{flight['pods']} pod{'s' if flight['pods'] != 1 else ''}" if flight else ""
+            cells.append(f"{pods}, {flight['cpuCores']:g} cores" if flight else "-")
         cells += [node["verdict"], str(node["score"]), node["reason"] or "-"]
         rows.append(cells)
     lines = _table(rows)

@@ -177,10 +177,11 @@ class Extender:
             measured = list(map(table.verdict, identities))
         if not self.config.herd_guard.enabled or table.degraded:
             return measured
-        incoming = Usage()
+        incoming, own = Usage(), None
         if args is not None and args.pod is not None:
             incoming = self._estimates[args.pod.uid] = self.estimate(args.pod)
-        return self._guarded(names, identities, measured, table, incoming)
+            own = self.inflight.get(args.pod.uid)
+        return self._guarded(names, identities, measured, table, incoming, own)
 
     def estimate(self, pod: PodRef | BoundPod) -> Usage:
         guard = self.config.herd_guard
@@ -209,6 +210,15 @@ class Extender:
         if usage is not None and self.config.herd_guard.enabled:
             self.record_placement(uid, node, self.clock(), usage)
 
+    def expect_placement(self, uid: str, node: str) -> None:
+        """The node loadext scored best for a pod: count the pod there at once, as the likely
+        placement. In a burst kube-scheduler places the next pod before the pod watch (or no
+        watch at all, without an API server) could show this one; the watch's binding, when it
+        comes, replaces the guess with the node really chosen."""
+        usage = self._estimates.get(uid)
+        if usage is not None and self.config.herd_guard.enabled:
+            self.record_placement(uid, node, self.clock(), usage)
+
     def _guarded(
         self,
         names: list[str],
@@ -216,13 +226,18 @@ class Extender:
         measured: list[Verdict],
         table: DecisionTable,
         incoming: Usage,
+        own: Placement | None = None,
     ) -> list[Verdict]:
+        """`own` is the incoming pod's own expected placement from an earlier attempt: it is the
+        pod being judged, so it must not count against its own node a second time."""
         now, guard = self.clock(), self.config.herd_guard
         in_flight = self.inflight.per_node(now)
         snapshot = self.cache.snapshot
         out = []
         for name, identity, verdict in zip(names, identities, measured, strict=True):
             usage, placements = in_flight.get(name, (Usage(), 0))
+            if own is not None and name == own.node and placements:
+                usage, placements = usage - own.usage, placements - 1
             if guard.burst_cap and placements >= guard.burst_cap:
                 out.append(burst_verdict(placements, guard.window))
                 continue
@@ -292,6 +307,8 @@ class Extender:
             summary["best"] = {"node": args.names[best], "score": scores[best]}
             if self.config.per_node_metrics:
                 self.telemetry.preferred_counter(args.names[best]).inc()
+            if args.pod is not None and args.pod.uid:
+                self.expect_placement(args.pod.uid, args.names[best])
         return Answer(encode_host_priority_list(list(zip(args.names, scores, strict=True))), summary)
 
     def preempt(self, args: PreemptionArgs) -> Answer:

@@ -31,6 +31,9 @@ class Usage:
     def __add__(self, other: Usage) -> Usage:
         return Usage(self.cpu + other.cpu, self.memory + other.memory)
 
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(self.cpu - other.cpu, self.memory - other.memory)
+
     def get(self, resource: str) -> float:
         return self.cpu if resource == "cpu" else self.memory if resource == "memory" else 0.0
 
@@ -133,6 +136,9 @@ class InFlight:
     def remove(self, uid: str) -> None:
         if self._pods.pop(uid, None) is not None:
             self._changed()
+
+    def get(self, uid: str) -> Placement | None:
+        return self._pods.get(uid)
 
     def replace_all(self, placements: Mapping[str, Placement], now: float) -> None:
         self._pods = {uid: p for uid, p in placements.items() if now - p.placed_at < self.window}

@@ -135,3 +135,30 @@ async def test_burst_cap(aiohttp_client: Any) -> None:
     assert reply["FailedAndUnresolvableNodes"] == {"ceph3": "loadext: 2 pods placed here in the last 300s"}
     metrics = await (await client_.get("/metrics")).text()
     assert 'loadext_node_rejections_total{cause="burst",signal="placements"} 1.0' in metrics
+
+
+async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aiohttp_client: Any) -> None:
+    """A burst scheduled faster than any pod watch: each pod is counted on the node loadext
+    scored best for it, so the next pods of the burst see it there; a retry of the same pod does
+    not count against itself, and the watch's real binding replaces the guess."""
+    ext = extender(True, burst_cap=1)  # one pod per node per window makes the counting visible
+    client_ = await client_for(aiohttp_client, ext)
+    body = orjson.loads(fixture_bytes("prioritize-nodes.json"))
+    def favourite(scores: list[dict[str, Any]]) -> str:
+        return str(max(scores, key=lambda s: s["Score"])["Host"])
+
+    async def prioritize(uid: str) -> list[dict[str, Any]]:
+        body["Pod"]["metadata"]["uid"] = uid
+        _, scores = await post(client_, "/prioritize", orjson.dumps(body))
+        return list(scores)
+
+    # ceph1 is too hot for the pod; ceph2 and ceph3 are equal, so without the guess both pods
+    # would go to the first of them.
+    first, second = favourite(await prioritize("burst-0")), favourite(await prioritize("burst-1"))
+    assert sorted([first, second]) == ["ceph2", "ceph3"]
+    retry = await prioritize("burst-0")  # a retry of burst-0: its own guess does not count against it
+    assert {s["Host"]: s["Score"] for s in retry}[first] > 0
+    assert all(s["Score"] == 0 for s in await prioritize("burst-2"))  # both taken for this window
+    ext.record_bound_pod(bound_pod(v1_pod("burst-0", "ceph1", datetime.now(UTC))))  # type: ignore[arg-type]
+    placed = ext.inflight.get("burst-0")
+    assert placed is not None and placed.node == "ceph1"
