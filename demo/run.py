@@ -225,7 +225,7 @@ def _summary(base: str, scheduler: Scheduler) -> None:
     print("placements (the extender's favourite per pod):")
     for node in NODES:
         pods = scheduler.placed.get(node, [])
-        print(f"  {node:9} {len(pods)}  {' '.join(pods)}")
+        print(f"  {node:9} {len(pods)}  {' '.join(pods)}".rstrip())
     print("node refusals by signal and cause: " + ", ".join(f"{k} {v:g}" for k, v in refusals.items()))
     print(
         f"extender calls: {scheduler.calls} pods, loadext counted {counted['filter']:g} filter and "
