@@ -144,6 +144,7 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
     ext = extender(True, burst_cap=1)  # one pod per node per window makes the counting visible
     client_ = await client_for(aiohttp_client, ext)
     body = orjson.loads(fixture_bytes("prioritize-nodes.json"))
+
     def favourite(scores: list[dict[str, Any]]) -> str:
         return str(max(scores, key=lambda s: s["Score"])["Host"])
 
