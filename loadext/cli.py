@@ -461,13 +461,16 @@ def _explain(args: argparse.Namespace) -> int:
     asyncio.run(once())
     refresher.close()
     report = extender.explain()
-    failed = [s for s in report["signals"] if s["failingFor"] is not None]
-    if failed:
-        for signal in failed:
-            error = signal["lastError"]
-            print(
-                f"error: signal {signal['name']}: query failed ({error['kind']}): {error['message']}", file=sys.stderr
-            )
+    problems = [
+        f"signal {s['name']}: query failed ({s['lastError']['kind']}): {s['lastError']['message']}"
+        if s["failingFor"] is not None
+        else f"signal {s['name']}: the query returned no series (check it with check-config --prometheus)"
+        for s in report["signals"]
+        if s["failingFor"] is not None or not s["series"]
+    ]
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
         return EXIT_PROMETHEUS
     if args.output == "json":
         sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")

@@ -85,6 +85,12 @@ def test_check_config_against_prometheus_reports_series_identity_and_range(
         result.stdout
     )
 
+    nothing = write(tmp_path, live_config(prometheus.url, "no_such_case"), "nothing.yaml")
+    result = loadext("check-config", str(nothing), "--prometheus", prometheus.url)
+    assert (
+        result.returncode == EXIT_INVALID and "cpu: 0 series, 0 with label 'node': returned no series" in result.stdout
+    )
+
     result = loadext("check-config", str(good), "--prometheus", unreachable())
     assert result.returncode == EXIT_PROMETHEUS
     assert "cpu: query failed (connection)" in result.stdout
@@ -124,6 +130,10 @@ def test_explain_exits_3_with_the_reason_when_prometheus_is_down_or_the_query_ba
     assert result.returncode == EXIT_PROMETHEUS
     reason = one_line_reason(result)
     assert "signal cpu: query failed (bad_query): HTTP 400: bad_data:" in reason and "parse error" in reason
+
+    empty = loadext("explain", "--config", str(write(tmp_path, live_config(prometheus.url, "no_such_case"), "e.yaml")))
+    assert empty.returncode == EXIT_PROMETHEUS
+    assert "signal cpu: the query returned no series" in one_line_reason(empty)
 
 
 def test_replay_exits_3_on_prometheus_down_a_bad_query_and_an_empty_range(
