@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+import loadext
 from harness.deploy import CHART, ROOT, find, helm, kustomize, template
 from loadext.cli import build_parser
 from loadext.config import parse_config
@@ -156,5 +157,5 @@ def test_values_of_the_wrong_type_fail_by_name(setting: str, named: str) -> None
 def test_one_version_everywhere() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     kustomization = yaml.safe_load((ROOT / "manifests/base/kustomization.yaml").read_text())
-    assert chart["appVersion"] == VERSION
+    assert chart["appVersion"] == VERSION and loadext.__version__ == VERSION
     assert kustomization["images"] == [{"name": "loadext", "newName": "localhost/loadext", "newTag": VERSION}]
