@@ -19,24 +19,32 @@ image=localhost/loadext:$version
 buildah=(buildah --storage-driver vfs)
 start=$(date +%s)
 
-rootfs=$(bash packaging/rootfs.sh minbase python3,python3-venv slim)
-base=localhost/loadext-base:bookworm-$(sha256sum "$rootfs" | cut -c1-12)
-if ! "${buildah[@]}" inspect --type image "$base" >/dev/null 2>&1; then
-  echo "image: importing $(basename "$rootfs") as $base" >&2
-  container=$("${buildah[@]}" from scratch)
-  "${buildah[@]}" add --quiet "$container" "$rootfs" / >/dev/null
-  "${buildah[@]}" config --cmd /bin/sh "$container"
-  "${buildah[@]}" commit --quiet --rm "$container" "$base" >/dev/null
-fi
+# A root filesystem tarball as a base image, named by its content: prints the image name.
+import_rootfs() {
+  local rootfs=$1 name
+  name=localhost/loadext-base:bookworm-$(sha256sum "$rootfs" | cut -c1-12)
+  if ! "${buildah[@]}" inspect --type image "$name" >/dev/null 2>&1; then
+    echo "image: importing $(basename "$rootfs") as $name" >&2
+    local container
+    container=$("${buildah[@]}" from scratch)
+    "${buildah[@]}" add --quiet "$container" "$rootfs" / >/dev/null
+    "${buildah[@]}" config --cmd /bin/sh "$container"
+    "${buildah[@]}" commit --quiet --rm "$container" "$name" >/dev/null
+  fi
+  echo "$name"
+}
+# The build stage makes the virtualenv (python3-venv); the image itself has python3 alone.
+base=$(import_rootfs "$(bash packaging/rootfs.sh minbase python3,python3-venv slim)")
+runtime=$(import_rootfs "$(bash packaging/rootfs.sh minbase python3 slim)")
 
 # pip in the build stage trusts what this machine trusts (a TLS-intercepting proxy's CA, say):
 # the bundle is mounted for the RUN steps only and is not in the image.
 trust=()
 ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 if [[ -f $ca ]]; then trust=(--volume "$ca:/run/build-ca.crt:ro" --build-arg PIP_CERT=/run/build-ca.crt); fi
-echo "image: building $image FROM $base" >&2
+echo "image: building $image FROM $runtime (build stage FROM $base)" >&2
 "${buildah[@]}" build --quiet --isolation chroot --layers=false -f packaging/Containerfile "${trust[@]}" \
-  --build-arg BASE="$base" --label org.opencontainers.image.version="$version" \
+  --build-arg BASE="$base" --build-arg RUNTIME="$runtime" --label org.opencontainers.image.version="$version" \
   --label org.opencontainers.image.title=loadext -t "$image" . >/dev/null
 mkdir -p "$(dirname "$out")"
 rm -f "$out"
