@@ -166,3 +166,19 @@ def parse_vector(result: Any, identity_label: str, identity_kind: str) -> QueryR
         stat[key] = max(clamped, stat.get(key, 0.0))
     current, mean, stddev = by_stat["current"], by_stat["mean"], by_stat["stddev"]
     return QueryResult(current, newest, mean, stddev, invalid, unlabelled, highest=highest)
+
+
+def parse_matrix(result: Any, identity_label: str, identity_kind: str) -> dict[float, QueryResult]:
+    """A range query's matrix as one QueryResult per step, by the same rules as the live path
+    (parse_vector): NaN/Inf dropped, clamped to 0..1, the higher of two series for one node."""
+    if not isinstance(result, list):
+        raise QueryError("result_type", f"expected a range matrix, got {type(result).__name__}")
+    vectors: dict[float, list[dict[str, Any]]] = {}
+    for series in result:
+        try:
+            metric, values = series["metric"], series["values"]
+            for stamp, raw in values:
+                vectors.setdefault(float(stamp), []).append({"metric": metric, "value": (stamp, raw)})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QueryError("result_type", f"not a range-matrix series: {series!r:.200}") from exc
+    return {stamp: parse_vector(vector, identity_label, identity_kind) for stamp, vector in vectors.items()}

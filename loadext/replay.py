@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadext.config import Config
-from loadext.nodes import identity_key
 from loadext.policy import build_table
-from loadext.prometheus import PrometheusSource
+from loadext.prometheus import PrometheusSource, parse_matrix
 from loadext.snapshot import Sample, Snapshot
 
 Series = dict[float, dict[str, dict[str, Sample]]]  # time -> identity -> signal -> sample
@@ -34,25 +33,19 @@ class Step:
 
 
 def fetch(config: Config, start: float, end: float, step: float) -> Series:
-    """One range query per signal; blocking."""
+    """One range query per signal; blocking. Samples are read by the live path's rules."""
     source = PrometheusSource(config.prometheus)
     history: Series = {}
-    stats: dict[tuple[float, str, str], dict[str, float]] = {}
+    identity = config.node_identity
     try:
         for signal in config.signals:
-            for series in source.query_range(config.query_for(signal), start, end, step) or []:
-                key = identity_key(str(series["metric"].get(config.node_identity.label, "")), config.node_identity.kind)
-                if key is None:
-                    continue
-                stat = str(series["metric"].get("loadext_stat", "current"))
-                for stamp, raw in series["values"]:
-                    stats.setdefault((float(stamp), key, signal.name), {})[stat] = min(1.0, max(0.0, float(raw)))
+            matrix = source.query_range(config.query_for(signal), start, end, step)
+            for stamp, result in parse_matrix(matrix, identity.label, identity.kind).items():
+                for key, value in result.values.items():
+                    sample = Sample(value, stamp, result.means.get(key), result.stddevs.get(key))
+                    history.setdefault(stamp, {}).setdefault(key, {})[signal.name] = sample
     finally:
         source.close()
-    for (stamp, key, signal_name), values in stats.items():
-        if "current" in values:
-            sample = Sample(values["current"], stamp, values.get("mean"), values.get("stddev"))
-            history.setdefault(stamp, {}).setdefault(key, {})[signal_name] = sample
     return history
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -12,6 +13,9 @@ import pytest
 import yaml
 
 from harness.prometheus import PrometheusServer, backfill
+from loadext import replay
+from loadext.config import parse_config
+from tests.conftest import StartLoadext, sees
 from tests.test_risk import history
 
 
@@ -76,3 +80,35 @@ def test_replay_counts_what_a_tighter_threshold_would_have_refused(
     assert table.returncode == 0, table.stderr
     assert table.stdout.splitlines()[0].split()[:3] == ["TIME", "CURRENT", "REFUSED"]
     assert "candidate: node-steps refused by signal: cpu" in table.stdout
+
+
+async def test_replay_reads_samples_by_the_live_paths_rules(tmp_path: Path, start_loadext: StartLoadext) -> None:
+    """NaN dropped (not read as an idle 0 %), and of two series for one node the higher one, in
+    replay exactly as in the live snapshot."""
+    start = int(time.time()) - 10 * 60
+    lines = []
+    for t in range(start, start + 12 * 60, 15):
+        lines += [
+            f'dup_cpu{{node="twice",job="a"}} 0.3 {t}',
+            f'dup_cpu{{node="twice",job="b"}} 0.7 {t}',
+            f'dup_cpu{{node="broken"}} NaN {t}',
+            f'dup_cpu{{node="plain"}} 0.4 {t}',
+        ]
+    data = backfill(str(tmp_path), "\n".join([*lines, "# EOF"]) + "\n")
+    prom = PrometheusServer(str(tmp_path), "scrape_configs: []\n", data_dir=data)
+    try:
+        text = {"prometheus": {"url": prom.url}, "signals": [{"name": "cpu", "query": "dup_cpu", "threshold": 0.9}]}
+        loadext = await start_loadext(text)
+        expected = {"twice": {"cpu": 0.7}, "plain": {"cpu": 0.4}}
+        await sees(loadext, expected)
+        assert "broken" not in await loadext.node_values()
+        config = parse_config(yaml.safe_dump(text))
+        now = time.time()
+        history = await asyncio.to_thread(replay.fetch, config, now - 300, now, 60)
+        assert history
+        for step in history.values():
+            assert {node: {s: round(v.value, 3) for s, v in signals.items()} for node, signals in step.items()} == (
+                expected
+            )
+    finally:
+        prom.stop()
