@@ -1,7 +1,7 @@
 """The soak's short version: benchmarks/soak/run.py for 20 s at a fixed, modest rate (CI
 machines are shared) with Prometheus flapping every 2 s. Every request answered 200 and the
 flapping really happened. The 30-minute run at 80 % of the measured peak is
-`python3 benchmarks/soak/run.py` (numbers in the README)."""
+`python3 benchmarks/soak/run.py` (numbers in docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -41,4 +41,4 @@ def test_short_soak_with_flapping_prometheus(tmp_path: Path) -> None:
     assert result["requests"] >= 0.95 * rate * seconds
     assert result["prometheus_query_errors"] > 0  # Prometheus did go down, more than once
     assert len(result["slices"]) >= 4 and all(s["status_codes"] == {"200": s["requests"]} for s in result["slices"])
-    assert "| at (s) | requests |" in run.stdout  # the table the README quotes
+    assert "| at (s) | requests |" in run.stdout  # the table docs/benchmarks.md quotes
