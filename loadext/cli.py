@@ -627,7 +627,7 @@ def format_explain(report: dict[str, Any]) -> str:
     lines.append("")
     lines.append(
         f"thresholds: {thresholds}; strategy {report['strategy']}; missingData "
-        f"{report['missingData']}; failurePolicy {report['failurePolicy']}; "
+        f"{report['missingData']}; failurePolicy {report['failurePolicy']}; filterMode {report['filterMode']}; "
         f"config {report['configHash']}"
     )
     if report["degraded"]:

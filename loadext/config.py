@@ -47,6 +47,7 @@ class Signal:
     query: str
     threshold: float | None
     weight: float
+    hard: bool = False  # with filterMode soft: still refuse on this signal, even if every node is over
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class HerdGuard:
     best_effort_cpu: float = 0.25  # cores
     best_effort_memory: float = 200.0 * 1024 * 1024  # bytes
     burst_cap: int = 0  # most placements per node per window; 0 = no cap
+    soft: bool = True  # never refuse every candidate only because of estimates or the burst cap
 
 
 _RANGE = re.compile(r"\[(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)(?::[^\]]*)?\]")
@@ -115,6 +117,7 @@ class Config:
     per_node_metrics: bool = True
     pools: tuple[Pool, ...] = ()
     herd_guard: HerdGuard = field(default_factory=HerdGuard)
+    filter_mode: str = "hard"  # soft: when every candidate is over a threshold, pass the least hot
 
     def query_for(self, signal: Signal) -> str:
         """The PromQL actually sent. riskAware adds the window's mean and standard deviation to
@@ -489,6 +492,7 @@ def _build(doc: _Section) -> Config:
         per_node_metrics=per_node,
         pools=_pools(doc, signals),
         herd_guard=_herd_guard(doc, signals, refresh),
+        filter_mode=doc.get("filterMode", _choice("hard", "soft"), "hard"),
     )
     doc.finish()
     return config
@@ -520,6 +524,7 @@ def _herd_guard(doc: _Section, signals: tuple[Signal, ...], refresh: float) -> H
         best_effort_cpu=best_effort.get("cpu", _quantity, 0.25),
         best_effort_memory=best_effort.get("memory", _quantity, 200.0 * 1024 * 1024),
         burst_cap=section.get("burstCap", _count, 0),
+        soft=section.get("soft", _boolean, True),
     )
     best_effort.finish()
     section.finish()
@@ -578,6 +583,7 @@ def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
                 threshold = None
             overrides[signal_name] = Signal(
                 name=signal_name,
+                hard=base.hard,
                 query=base.query,
                 threshold=section.get("threshold", _ratio, threshold),
                 weight=section.get("weight", _weight, base.weight),
@@ -591,7 +597,7 @@ def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
 def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...]:
     """Preset signals first, then the user's entries: same name overrides, new name adds."""
     merged: dict[str, dict[str, Any]] = {
-        name: {"query": query, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0}
+        name: {"query": query, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0, "hard": False}
         for name, query in preset_queries.items()
     }
     raw = doc.raw("signals")
@@ -615,13 +621,16 @@ def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...
         if not _SIGNAL_NAME.match(name):
             entry.error("name", "must match [a-z][a-z0-9_]* (it becomes a metric label)")
         entry.name_by(name)
-        base = merged.get(name, {"query": None, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0})
+        base = merged.get(
+            name, {"query": None, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0, "hard": False}
+        )
         if "threshold" in entry.data and entry.data["threshold"] is None:
             base["threshold"] = None  # explicit null: score on this signal, never filter on it
         merged[name] = {
             "query": entry.get("query", _string, base["query"]),
             "threshold": entry.get("threshold", _ratio, base["threshold"]),
             "weight": entry.get("weight", _weight, base["weight"]),
+            "hard": entry.get("hard", _boolean, base["hard"]),
         }
         if merged[name]["query"] is None:
             entry.error("query", "is required (no preset provides a query for this signal)")
@@ -631,6 +640,8 @@ def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...
     if not merged:
         doc.error("signals", "no signals: give a preset or at least one signal")
     return tuple(
-        Signal(name=name, query=spec["query"] or "", threshold=spec["threshold"], weight=spec["weight"])
+        Signal(
+            name=name, query=spec["query"] or "", threshold=spec["threshold"], weight=spec["weight"], hard=spec["hard"]
+        )
         for name, spec in merged.items()
     )

@@ -22,7 +22,17 @@ from loadext.config import Config, Pool
 from loadext.decisions import Decision, DecisionLog
 from loadext.herd import RESOURCES, BoundPod, EstimateRule, InFlight, Placement, Usage, allocatable, pod_estimate
 from loadext.nodes import NodeDirectory, normalise_address
-from loadext.policy import DecisionTable, NodeState, Verdict, build_table, burst_verdict, judge, with_extra_load
+from loadext.policy import (
+    DecisionTable,
+    NodeState,
+    Verdict,
+    build_table,
+    burst_verdict,
+    heat,
+    judge,
+    soft_choice,
+    with_extra_load,
+)
 from loadext.protocol import (
     ExtenderArgs,
     PodRef,
@@ -69,6 +79,7 @@ class Extender:
     signal_health: SignalHealth = field(init=False)
     _estimates: LRUCache[str, Usage] = field(default_factory=lambda: LRUCache(maxsize=4096), init=False)
     _table: DecisionTable | None = field(default=None, init=False)
+    _soft_logged: dict[str, float] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.cache = SnapshotCache(self.config.max_data_age, clock=self.clock)
@@ -161,6 +172,13 @@ class Extender:
     def verdicts(self, names: list[str], args: ExtenderArgs | None = None) -> list[Verdict]:
         """One verdict per name, in order: lookups in the precomputed table, then, with the herd
         guard on, the correction for recent placements and the incoming pod."""
+        return self._judged(names, args)[1]
+
+    def _judged(
+        self, names: list[str], args: ExtenderArgs | None
+    ) -> tuple[list[Verdict], list[Verdict], list[str | None], DecisionTable]:
+        """(measured, guarded, identities, table): the table's verdicts on measured load alone,
+        and the same corrected by the herd guard (the same list when it does not apply)."""
         addresses = args.addresses if args is not None else {}
         if args is not None:
             for name, node_labels in args.labels.items():
@@ -176,12 +194,12 @@ class Extender:
             identities = [self.identity(name, addresses.get(name, ()), table) for name in names]
             measured = list(map(table.verdict, identities))
         if not self.config.herd_guard.enabled or table.degraded:
-            return measured
+            return measured, measured, identities, table
         incoming, own = Usage(), None
         if args is not None and args.pod is not None:
             incoming = self._estimates[args.pod.uid] = self.estimate(args.pod)
             own = self.inflight.get(args.pod.uid)
-        return self._guarded(names, identities, measured, table, incoming, own)
+        return measured, self._guarded(names, identities, measured, table, incoming, own), identities, table
 
     def estimate(self, pod: PodRef | BoundPod) -> Usage:
         guard = self.config.herd_guard
@@ -272,15 +290,19 @@ class Extender:
         self.decisions.record(args.pod.key, decision)
 
     def filter(self, args: ExtenderArgs) -> Answer:
-        verdicts = self.verdicts(args.names, args)
+        measured, verdicts, identities, table = self._judged(args.names, args)
         self._remember("filter", args, verdicts)
+        soft = ""
         if args.pod is not None and args.pod.is_daemonset:
-            passed = list(range(len(args.names)))
-            rejected: dict[str, str] = {}
+            flags = [True] * len(args.names)
         else:
             flags = list(map(_PASSED, verdicts))
-            passed = list(compress(range(len(flags)), flags))
-            rejected = {name: v.reason for name, v, ok in zip(args.names, verdicts, flags, strict=True) if not ok}
+        passed = list(compress(range(len(flags)), flags))
+        if args.names and not passed:
+            passed, soft = self._soft_pass(args, measured, identities, table)
+            for index in passed:
+                flags[index] = True
+        rejected = {name: v.reason for name, v, ok in zip(args.names, verdicts, flags, strict=True) if not ok}
         reasons = Tally(rejected.values())
         if rejected:
             self._count_rejections(reasons, verdicts)
@@ -293,7 +315,40 @@ class Extender:
         body = encode_filter_result(
             args, passed, failed={} if unresolvable else rejected, unresolvable=rejected if unresolvable else {}
         )
-        return Answer(body, {"nodes": len(args.names), "passed": len(passed), "rejected": dict(reasons)})
+        summary = {"nodes": len(args.names), "passed": len(passed), "rejected": dict(reasons)}
+        if soft:
+            summary["soft"] = soft
+        return Answer(body, summary)
+
+    def _soft_pass(
+        self, args: ExtenderArgs, measured: list[Verdict], identities: list[str | None], table: DecisionTable
+    ) -> tuple[list[int], str]:
+        """Every candidate refused: soft mode may pass the least loaded instead (policy.soft_choice)."""
+        herd_soft = self.config.herd_guard.enabled and self.config.herd_guard.soft
+        threshold_soft = self.config.filter_mode == "soft"
+        heats: list[float | None] = []
+        if threshold_soft:
+            snapshot = self.cache.snapshot
+            for identity, verdict in zip(identities, measured, strict=True):
+                samples = snapshot.by_identity.get(identity) if identity else None
+                pool = table.pools.get(identity) if identity else None
+                heats.append(heat(samples, self.config, pool, verdict) if samples else None)
+        chosen, why = soft_choice(measured, heats, herd_soft, threshold_soft)
+        if chosen:
+            self.telemetry.soft_passes.labels(why).inc()
+            now = self.clock()
+            if now - self._soft_logged.get(why, 0.0) >= 10:
+                self._soft_logged[why] = now
+                pod = args.pod.key if args.pod is not None else "-"
+                log.info(
+                    "filter for %s: every candidate refused (%s); soft mode passes %d of %d, the least loaded "
+                    "(logged at most every 10s; loadext_filter_soft_passes_total counts each)",
+                    pod,
+                    "pods in flight" if why == "herd" else "over thresholds",
+                    len(chosen),
+                    len(measured),
+                )
+        return chosen, why
 
     def prioritize(self, args: ExtenderArgs) -> Answer:
         verdicts = self.verdicts(args.names, args)
@@ -434,12 +489,14 @@ class Extender:
             "configHash": self.config.hash,
             "degraded": table.degraded,
             "failurePolicy": self.config.failure_policy,
+            "filterMode": self.config.filter_mode,
             "missingData": self.config.missing_data,
             "strategy": self.config.scoring.strategy,
             "herdGuard": {
                 "enabled": self.config.herd_guard.enabled,
                 "window": self.config.herd_guard.window,
                 "podsInFlight": len(self.inflight),
+                "soft": self.config.herd_guard.soft,
             },
             "signals": [
                 {

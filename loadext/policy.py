@@ -8,7 +8,7 @@ knows when its earliest sample crosses maxDataAge and must be rebuilt.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from loadext.config import Config, Pool
@@ -97,6 +97,45 @@ def judge(samples: Mapping[str, Sample], config: Config, now: float, pool: Pool 
     if over:
         return Verdict(False, 0, "loadext: " + ", ".join(over), tuple(rejected_by))
     return Verdict(True, clamp_score(combine(parts)), "")
+
+
+def heat(samples: Mapping[str, Sample], config: Config, pool: Pool | None, verdict: Verdict) -> float | None:
+    """How far over its thresholds a refused node is (its worst value / threshold), or None when
+    it is refused for a reason soft mode never overrides: a `hard: true` signal, missing data,
+    degraded mode or the burst cap."""
+    if verdict.passed or not verdict.rejected_by:
+        return None
+    signals = {s.name: s for s in (pool.signals if pool is not None else config.signals)}
+    worst = 0.0
+    for name, cause in verdict.rejected_by:
+        signal, sample = signals.get(name), samples.get(name)
+        if cause != "threshold" or signal is None or signal.hard or not signal.threshold or sample is None:
+            return None
+        worst = max(worst, sample.value / signal.threshold)
+    return worst
+
+
+def soft_choice(
+    measured: Sequence[Verdict], heats: Sequence[float | None], herd_soft: bool, threshold_soft: bool
+) -> tuple[list[int], str]:
+    """The candidates to pass when loadext would refuse every one of them, and why; ([], "")
+    keeps the refusal. A load-aware filter should make placement better, never impossible:
+
+    - "herd" (herdGuard.soft): the nodes under every threshold by measurement, refused only for
+      the pods in flight (estimates, burst cap). All of them pass; prioritize ranks them.
+    - "threshold" (filterMode: soft): nodes refused only for being over soft thresholds; the
+      least hot pass (the lowest worst value/threshold, ties together).
+    """
+    if herd_soft:
+        chosen = [i for i, verdict in enumerate(measured) if verdict.passed]
+        if chosen:
+            return chosen, "herd"
+    if threshold_soft:
+        candidates = [(h, i) for i, h in enumerate(heats) if h is not None]
+        if candidates:
+            least = min(h for h, _ in candidates)
+            return [i for h, i in candidates if h == least], "threshold"
+    return [], ""
 
 
 def _percent(ratio: float) -> str:

@@ -133,6 +133,13 @@ class Telemetry:
             buckets=QUERY_BUCKETS,
             registry=r,
         )
+        self.soft_passes = Counter(
+            "loadext_filter_soft_passes",
+            "Filter calls in which every candidate was refused and soft mode passed the least loaded, by why "
+            "they were refused (herd: pods in flight; threshold: filterMode soft).",
+            ["reason"],
+            registry=r,
+        )
         self.query_errors = Counter(
             "loadext_prometheus_query_errors",
             "Failed Prometheus queries by signal and error kind.",

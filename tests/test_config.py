@@ -82,7 +82,7 @@ scoring: {strategy: mostFree}
         "line 3: prometheus.timeout: must be a duration string such as 15s or 1m30s",
         "line 5: maxDataAge: must be at least refreshInterval (10s), or data expires before the "
         "next refresh can renew it",
-        "line 9: signals[cpu].treshold: unknown key; did you mean 'threshold'? (known keys here: name, query, "
+        "line 9: signals[cpu].treshold: unknown key; did you mean 'threshold'? (known keys here: hard, name, query, "
         "threshold, weight)",
         "line 12: signals[memory].threshold: must be a ratio in (0, 1], got 1.5: for 1.5% write 0.015",
         "line 14: scoring.strategy: must be one of leastLoaded, targetUtilization, riskAware; got 'mostFree'",
