@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -303,8 +304,6 @@ def _check_config(args: argparse.Namespace) -> int:
     print(f"{args.file}: ok (hash {config.hash}, signals: {', '.join(s.name for s in config.signals)})")
     if not args.prometheus:
         return EXIT_OK
-    from dataclasses import replace
-
     source = PrometheusSource(replace(config.prometheus, url=args.prometheus.rstrip("/")))
     identity = config.node_identity
     worst = EXIT_OK

@@ -197,16 +197,15 @@ async def _edges(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def _routing_error(request: web.Request, exc: web.HTTPException) -> web.Response:
-    routes = sorted(
-        {f"{r.method} {r.resource.canonical}" for r in request.app.router.routes() if r.resource and r.method != "HEAD"}
-    )
     if isinstance(exc, web.HTTPMethodNotAllowed):
         allowed = ", ".join(sorted(exc.allowed_methods - {"HEAD"}))
         message = f"{request.method} {request.path}: method not allowed, use {allowed}"
         headers = {"Allow": ", ".join(sorted(exc.allowed_methods))}
     else:
-        message, headers = f"{request.method} {request.path}: no such endpoint (endpoints: {', '.join(routes)})", {}
-    log.warning("%s %s: %d %s", request.method, request.path, exc.status, message)
+        routes = {f"{r.method} {r.resource.canonical}" for r in request.app.router.routes() if r.resource}
+        endpoints = ", ".join(sorted(route for route in routes if not route.startswith("HEAD ")))
+        message, headers = f"{request.method} {request.path}: no such endpoint (endpoints: {endpoints})", {}
+    log.warning("%d %s", exc.status, message)
     return web.Response(status=exc.status, body=orjson.dumps({"error": message}), content_type=JSON, headers=headers)
 
 
