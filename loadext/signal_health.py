@@ -16,10 +16,6 @@ from typing import Any
 
 log = logging.getLogger("loadext.refresher")
 
-# Kinds under which Prometheus could not be asked at all: the signal's series are missing
-# because of the connection, not because nodeIdentity matches nothing.
-CONNECTIVITY = frozenset({"timeout", "connection", "unavailable", "http_5xx", "request"})
-
 
 @dataclass
 class Failure:
@@ -75,10 +71,6 @@ class SignalHealth:
         """The current failure, None while the signal's last query succeeded."""
         status = self._status.get(signal)
         return status.last_error if status is not None and status.failing_since is not None else None
-
-    def unreachable(self, signal: str) -> bool:
-        failure = self.failing(signal)
-        return failure is not None and failure.kind in CONNECTIVITY
 
     def forget_except(self, signals: set[str]) -> None:
         for name in set(self._status) - signals:
