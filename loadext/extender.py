@@ -224,15 +224,17 @@ class Extender:
 
     def record_binding(self, uid: str, node: str) -> None:
         """loadext bound the pod itself: count it now, before the watch reports it."""
-        usage = self._estimates.get(uid)
-        if usage is not None and self.config.herd_guard.enabled:
-            self.record_placement(uid, node, self.clock(), usage)
+        self._count_now(uid, node)
 
     def expect_placement(self, uid: str, node: str) -> None:
         """The node loadext scored best for a pod: count the pod there at once, as the likely
         placement. In a burst kube-scheduler places the next pod before the pod watch (or no
         watch at all, without an API server) could show this one; the watch's binding, when it
         comes, replaces the guess with the node really chosen."""
+        self._count_now(uid, node)
+
+    def _count_now(self, uid: str, node: str) -> None:
+        """Place a pod loadext has judged (so its estimate is known) on a node from now."""
         usage = self._estimates.get(uid)
         if usage is not None and self.config.herd_guard.enabled:
             self.record_placement(uid, node, self.clock(), usage)
