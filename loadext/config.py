@@ -594,12 +594,15 @@ def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
     return tuple(pools)
 
 
+def _default_spec(name: str, query: str | None) -> dict[str, Any]:
+    """A signal's settings before the user's entry: a preset's query (or none), the default
+    threshold for its name, weight 1, not hard."""
+    return {"query": query, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0, "hard": False}
+
+
 def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...]:
     """Preset signals first, then the user's entries: same name overrides, new name adds."""
-    merged: dict[str, dict[str, Any]] = {
-        name: {"query": query, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0, "hard": False}
-        for name, query in preset_queries.items()
-    }
+    merged = {name: _default_spec(name, query) for name, query in preset_queries.items()}
     raw = doc.raw("signals")
     if raw is not None and not isinstance(raw, list):
         doc.error("signals", "must be a list of {name, query, threshold, weight}")
@@ -621,9 +624,7 @@ def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...
         if not _SIGNAL_NAME.match(name):
             entry.error("name", "must match [a-z][a-z0-9_]* (it becomes a metric label)")
         entry.name_by(name)
-        base = merged.get(
-            name, {"query": None, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0, "hard": False}
-        )
+        base = merged.get(name) or _default_spec(name, None)
         if "threshold" in entry.data and entry.data["threshold"] is None:
             base["threshold"] = None  # explicit null: score on this signal, never filter on it
         merged[name] = {
