@@ -10,8 +10,8 @@ import sys
 
 from aiohttp import web
 
-from loadext.limits import Limits
-from loadext.server import install_event_loop
+from loadext.http.limits import Limits
+from loadext.http.server import install_event_loop
 
 REPLY = b'{"Nodes":null,"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'
 

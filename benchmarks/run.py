@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.config import as_yaml, loadext_config  # noqa: E402
 from harness.exporter import Exporter  # noqa: E402
 from harness.faultproxy import FaultProxy  # noqa: E402
 from harness.kubernetes import Process, wait_until  # noqa: E402
@@ -47,15 +48,12 @@ def node_load(i: int) -> tuple[float, float]:
     return ((i * 37) % 100) / 100, ((i * 53) % 100) / 100
 
 
-def loadext_config(prometheus_url: str, selector: str = "") -> str:
-    return f"""prometheus: {{url: "{prometheus_url}", timeout: 2s}}
-refreshInterval: 5s
-maxDataAge: 1h
-nodeIdentity: {{label: node, kind: name}}
-signals:
-  - {{name: cpu, query: 'bench_cpu{selector}', threshold: 0.8, weight: 1}}
-  - {{name: memory, query: 'bench_memory{selector}', threshold: 0.9, weight: 1}}
-"""
+def bench_config(prometheus_url: str, selector: str = "") -> str:
+    return as_yaml(
+        loadext_config(
+            prometheus_url, f"bench_cpu{selector}", f"bench_memory{selector}", refresh="5s", max_age="1h", timeout="2s"
+        )
+    )
 
 
 def generate_payloads(workdir: Path) -> dict[str, Path]:
@@ -233,7 +231,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ),
         )
         bench.spawn("floor", pinned(SERVER_CPU, [sys.executable, str(HERE / "floor.py"), str(floor_port)]))
-        loadext_url, loadext = bench.start_loadext("loadext", loadext_config(proxy.url))
+        loadext_url, loadext = bench.start_loadext("loadext", bench_config(proxy.url))
         wait_until(
             lambda: metric(loadext_url, 'loadext_signal_series{signal="memory"}') == NODES,
             "loadext's 5000-node snapshot",
@@ -301,7 +299,7 @@ def background(
     small_proxy = FaultProxy(proxy.upstream)  # its own proxy, so each instance's queries are counted apart
     try:
         small_url, _ = bench.start_loadext(
-            "loadext-10", loadext_config(small_proxy.url, '{node=~"node-0000[1-9]|node-00010"}')
+            "loadext-10", bench_config(small_proxy.url, '{node=~"node-0000[1-9]|node-00010"}')
         )
         for label, target, counter in (("5000 nodes", url, proxy), ("10 nodes", small_url, small_proxy)):
             refreshes0 = metric(target, 'loadext_prometheus_query_duration_seconds_count{signal="cpu"}')

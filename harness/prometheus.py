@@ -122,3 +122,16 @@ def backfill(workdir: str, openmetrics_text: str) -> str:
         capture_output=True,
     )
     return data
+
+
+def risk_history(now: float) -> str:
+    """OpenMetrics text for backfill, 20 minutes of risk_cpu.
+
+    steady: 50 % throughout; noisy: 20 % and 80 % in turns (mean 50 %, stddev 30 %)."""
+    start = int(now) - 20 * 60
+    lines = []
+    for t in range(start, int(now) + 120, 15):
+        lines.append(f'risk_cpu{{node="steady"}} 0.5 {t}')
+    for t in range(start, int(now) + 120, 15):
+        lines.append(f'risk_cpu{{node="noisy"}} {0.2 if (t - start) // 15 % 2 else 0.8} {t}')
+    return "\n".join([*lines, "# EOF"]) + "\n"

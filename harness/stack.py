@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from harness.config import as_yaml, loadext_config
 from harness.exporter import Exporter
 from harness.kubernetes import ControlPlane, Process, wait_until
 from harness.loadext import ready, serve_argv
@@ -24,14 +25,6 @@ from harness.node_exporter import KubeStateMetrics
 from harness.prometheus import PrometheusServer, free_port
 
 NODES = {f"worker-{i}": ((i * 23) % 100 / 100, (i * 41) % 100 / 100) for i in range(1, 9)}
-CONFIG = """prometheus: {{url: "{url}", timeout: 1s}}
-refreshInterval: 1s
-maxDataAge: 30s
-nodeIdentity: {{label: node, kind: name}}
-signals:
-  - {{name: cpu, query: 'stack_cpu', threshold: 0.8, weight: 1}}
-  - {{name: memory, query: 'stack_memory', threshold: 0.9, weight: 1}}
-"""
 
 
 def post(url: str, body: dict[str, Any] | bytes) -> int:
@@ -58,7 +51,9 @@ class LiveStack:
         self.loadext_port = free_port()
         self.prometheus = PrometheusServer(str(workdir), self._scrape_config())
         self.config_path = workdir / "loadext.yaml"
-        self.config_path.write_text(CONFIG.format(url=self.prometheus.url))
+        self.config_path.write_text(
+            as_yaml(loadext_config(self.prometheus.url, "stack_cpu", "stack_memory", refresh="1s", timeout="1s"))
+        )
         self.url = f"http://127.0.0.1:{self.loadext_port}"
         watch = ["--kubeconfig", str(kube.admin_kubeconfig), "--watch-nodes"] if kube is not None else []
         self.loadext = Process(

@@ -8,7 +8,6 @@ failure is one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from dataclasses import replace
@@ -17,11 +16,9 @@ from typing import Any
 import orjson
 
 from loadext import __version__
-from loadext.config import Config, ConfigError, load_config, parse_config, parse_duration
-from loadext.extender import Extender
+from loadext.config import ConfigError, load_config, parse_duration
 from loadext.logs import configure as configure_logs
-from loadext.prometheus import PrometheusSource, QueryError, QueryResult
-from loadext.telemetry import Telemetry
+from loadext.sources.prometheus import PrometheusSource, QueryError, QueryResult
 
 log = logging.getLogger("loadext")
 
@@ -343,49 +340,23 @@ def _result_problem(result: QueryResult, label: str) -> str | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from loadext import kube, lifecycle
-    from loadext.limits import Limits
-    from loadext.refresher import Refresher
-    from loadext.reload import ConfigFileWatcher, ConfigReloader
-    from loadext.server import ConfigMapRef, Runtime, create_app, create_ops_app, install_event_loop
+    from loadext.app import ServeOptions, serve
+    from loadext.http.limits import Limits
+    from loadext.sources.watches import ConfigMapRef
 
-    wants_api = args.kubeconfig or args.configmap or args.watch_nodes
-    api = kube.api_client(args.kubeconfig) if wants_api else None
-    configmap = None
-    if args.configmap:
-        namespace, name = args.configmap
-        configmap = ConfigMapRef(namespace, name, args.configmap_key)
-    if configmap is not None:
-        if api is None:
-            raise OSError("--configmap needs a Kubernetes API client (--kubeconfig, or run in a pod)")
-        source = f"configmap {configmap.namespace}/{configmap.name} key {configmap.key}"
-        text = kube.read_configmap(api, configmap.namespace, configmap.name, configmap.key)
-    else:
-        source = args.config
-        with open(args.config, encoding="utf-8") as handle:
-            text = handle.read()
-    config = parse_config(text, source=source)
-    if (config.bind_enabled or config.herd_guard.enabled) and api is None:
-        api = kube.api_client(None)
-    telemetry = Telemetry()
-    telemetry.config_reloads.labels("success").inc()
-    extender = Extender(config, telemetry)
-    refresher = Refresher(extender)
-
-    def apply(new_config: Config) -> None:
-        extender.apply_config(new_config)
-        refresher.poke()
-
-    reloader = ConfigReloader(text, apply, telemetry)
-    runtime = Runtime(
-        extender=extender,
-        refresher=refresher,
-        config_watcher=ConfigFileWatcher(args.config, reloader, args.reload_interval) if args.config else None,
+    configmap = ConfigMapRef(args.configmap[0], args.configmap[1], args.configmap_key) if args.configmap else None
+    options = ServeOptions(
+        config=args.config,
         configmap=configmap,
-        reloader=reloader,
-        kube_api=api,
-        # The herd guard needs Node allocatable: with it on at start, watch Nodes as well.
-        watch_nodes=args.watch_nodes or config.herd_guard.enabled,
+        kubeconfig=args.kubeconfig,
+        watch_nodes=args.watch_nodes,
+        reload_interval=args.reload_interval,
+        listen=args.listen,
+        path_prefix=args.path_prefix,
+        metrics_listen=args.metrics_listen,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
         limits=Limits(
             max_body_size=args.max_body_size,
             header_timeout=args.header_timeout,
@@ -393,45 +364,10 @@ def _serve(args: argparse.Namespace) -> int:
             max_concurrent=args.max_concurrent_requests,
             max_inflight_bytes=args.max_inflight_bytes,
         ),
+        shutdown_delay=args.shutdown_delay,
+        shutdown_timeout=args.shutdown_timeout,
     )
-    app = create_app(runtime, args.path_prefix)
-    host, port = args.listen
-    log.info(
-        "loadext %s serving on %s:%d%s (config from %s, hash %s)",
-        __version__,
-        host,
-        port,
-        args.path_prefix,
-        source,
-        config.hash,
-    )
-    context = None
-    if args.tls_cert or args.tls_key or args.tls_client_ca:
-        from loadext import tls
-
-        if not (args.tls_cert and args.tls_key):
-            raise OSError("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")
-        context = tls.server_context(args.tls_cert, args.tls_key, args.tls_client_ca)
-        app.cleanup_ctx.append(tls.reloader(context, args.tls_cert, args.tls_key, args.reload_interval))
-    listeners = [lifecycle.Listener(app, host, port, context)]
-    if args.metrics_listen:
-        listeners.append(lifecycle.Listener(create_ops_app(runtime), *args.metrics_listen))
-        log.info("metrics and probes also on plain http://%s:%d", *args.metrics_listen)
-
-    def drain() -> None:
-        runtime.draining = True
-
-    install_event_loop()
-    asyncio.run(
-        lifecycle.serve(
-            listeners,
-            runtime.limits.header_timeout,
-            lifecycle.Shutdown(args.shutdown_delay, args.shutdown_timeout),
-            on_drain=drain,
-            on_header_timeout=telemetry.slow_clients.labels("header").inc,
-        )
-    )
-    return 0
+    return serve(options)
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -439,27 +375,9 @@ def _explain(args: argparse.Namespace) -> int:
         return _explain_remote(args)
     if args.pod:
         raise OSError("--pod needs --url: decisions live in the running loadext")
-    from loadext import kube
-    from loadext.refresher import Refresher
+    from loadext.app import explain_once
 
-    config = load_config(args.config)
-    extender = Extender(config, Telemetry())
-    api = kube.api_client(args.kubeconfig) if args.kubeconfig else None
-    if api is not None:
-        nodes = api.list_node().items
-        extender.directory.replace_all(
-            {n.metadata.name: kube.node_addresses(n) for n in nodes},
-            {n.metadata.name: n.metadata.labels or {} for n in nodes},
-        )
-    extender.directory.observe(list(args.node))
-    refresher = Refresher(extender)
-
-    async def once() -> None:
-        await refresher.refresh_once()
-
-    asyncio.run(once())
-    refresher.close()
-    report = extender.explain()
+    report = explain_once(load_config(args.config), args.kubeconfig, list(args.node))
     problems = [
         f"signal {s['name']}: query failed ({s['lastError']['kind']}): {s['lastError']['message']}"
         if s["failingFor"] is not None
@@ -481,7 +399,7 @@ def _explain(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     import time
 
-    from loadext import replay
+    from loadext.sources import replay
 
     end = time.time()
     start = end - args.since

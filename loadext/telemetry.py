@@ -8,6 +8,7 @@ disappears from /metrics without bookkeeping, and the whole family can be switch
 from __future__ import annotations
 
 import platform
+from collections import Counter as Tally
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -16,7 +17,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from loadext import __version__
-from loadext.policy import NodeState
+from loadext.config import Config
+from loadext.core.extender import FilterResult, PreemptResult, PrioritizeResult, Rejections
+from loadext.core.policy import NodeState
 
 VERBS = ("filter", "prioritize", "preempt", "bind")
 # bad_request: 400 or 413; timeout: 408 (body too slow); overloaded: 503 (limits.py);
@@ -24,19 +27,6 @@ VERBS = ("filter", "prioritize", "preempt", "bind")
 OUTCOMES = ("ok", "bad_request", "timeout", "overloaded", "aborted", "error")
 # From 250 us to the scheduler's default 5 s extender timeout.
 LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
-QUERY_ERROR_KINDS = (
-    "timeout",
-    "connection",
-    "bad_query",
-    "execution",
-    "unavailable",
-    "http_4xx",
-    "http_5xx",
-    "http_other",
-    "parse",
-    "result_type",
-    "request",
-)
 QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 NodeStates = Callable[[], Iterable[NodeState]]
@@ -226,6 +216,39 @@ class Telemetry:
         self._rejection_counters: dict[tuple[str, str], Any] = {}
         self._node_collector: _NodeCollector | None = None
 
+    # --- what the verbs decided (core/extender.py's results) ------------------------------
+
+    def count_filter(self, result: FilterResult) -> None:
+        self.passed_nodes.inc(len(result.passed))
+        if result.rejected:
+            self.rejected_nodes.inc(len(result.rejected))
+            self._count_rejections(result.rejections)
+        if result.names and not result.passed:
+            self.no_fit.inc()
+        if result.soft:
+            self.soft_passes.labels(result.soft).inc()
+
+    def count_prioritize(self, result: PrioritizeResult, per_node: bool) -> None:
+        for score, count in Tally(result.scores).items():
+            self.score_counters[score].inc(count)
+        if per_node and result.best is not None:
+            self.preferred_counter(result.names[result.best]).inc()
+
+    def count_preempt(self, result: PreemptResult) -> None:
+        self._count_rejections(result.rejections)
+
+    def _count_rejections(self, rejections: Rejections) -> None:
+        for signal, cause, nodes in rejections:
+            self.rejection_counter(signal, cause).inc(nodes)
+
+    def config_applied(self, config: Config, node_states: NodeStates, now: float, error_kinds: Iterable[str]) -> None:
+        """A config came into force: its signals' series (with one error series per kind the
+        metrics source reports), hash and thresholds, and the per-node family on or off."""
+        self.prepare_signals(((s.name, s.threshold) for s in config.signals), tuple(error_kinds))
+        self.set_config_hash(config.hash)
+        self.config_last_reload.set(now)
+        self.export_nodes(node_states if config.per_node_metrics else None)
+
     def preferred_counter(self, node: str) -> Any:
         counter = self._preferred_counters.get(node)
         if counter is None:
@@ -248,7 +271,7 @@ class Telemetry:
             self._node_collector = _NodeCollector(source)
             self.registry.register(self._node_collector)
 
-    def prepare_signals(self, signals: Iterable[tuple[str, float | None]]) -> None:
+    def prepare_signals(self, signals: Iterable[tuple[str, float | None]], error_kinds: tuple[str, ...]) -> None:
         """Pre-create per-signal series so dashboards show 0, not nothing; publish thresholds."""
         self.thresholds.clear()
         for signal, threshold in signals:
@@ -256,7 +279,7 @@ class Telemetry:
                 self.thresholds.labels(signal).set(threshold)
             self.query_duration.labels(signal)
             self.invalid_values.labels(signal)
-            for kind in QUERY_ERROR_KINDS:
+            for kind in error_kinds:
                 self.query_errors.labels(signal, kind)
             for cause in ("threshold", "missing", "degraded"):
                 self.node_rejections.labels(signal, cause)

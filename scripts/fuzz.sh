@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Long fuzzing, apart from the test command (which runs the same properties with 300 examples):
-#  1. hypothesis's "fuzz" profile over every verb (tests/test_bad_input.py) and the config
-#     loader (tests/test_config_fuzz.py), LOADEXT_FUZZ_EXAMPLES examples per property;
+#  1. hypothesis's "fuzz" profile over every verb (tests/unit/test_bad_input.py) and the config
+#     loader (tests/unit/test_config_fuzz.py), LOADEXT_FUZZ_EXAMPLES examples per property;
 #  2. atheris (libFuzzer, coverage-guided) over the protocol decoders and verbs, ATHERIS_RUNS
 #     inputs seeded from the wire fixtures, if atheris installs on this Python.
 # Prints hypothesis's per-property statistics and libFuzzer's final line (inputs run).
@@ -11,7 +11,7 @@ scripts/setup.sh dev
 export PATH="$PWD/.venv/bin:$PATH"
 export HYPOTHESIS_PROFILE=fuzz LOADEXT_FUZZ_EXAMPLES="${LOADEXT_FUZZ_EXAMPLES:-20000}"
 python -m pytest -q -p no:cacheprovider --hypothesis-show-statistics \
-  tests/test_bad_input.py::test_random_bodies_never_get_a_5xx tests/test_config_fuzz.py
+  tests/unit/test_bad_input.py::test_random_bodies_never_get_a_5xx tests/unit/test_config_fuzz.py
 if python -m pip install -q --disable-pip-version-check atheris; then
   corpus=$(mktemp -d)
   i=0

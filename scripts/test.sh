@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up and runs every check: lint, types, and the test suite (real Prometheus, node_exporter
-# and Kubernetes components included). Extra arguments go to pytest, e.g. scripts/test.sh -k reload
+# Sets up and runs every check: lint, types, package layering (lint-imports), and the test suite
+# (real Prometheus, node_exporter and Kubernetes components included). Extra arguments go to
+# pytest, e.g. scripts/test.sh -k reload
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev
@@ -13,4 +14,5 @@ export PATH="$PWD/.venv/bin:$bin_dir:$(dirname "$helm"):$PATH"
 python -m ruff check .
 python -m ruff format --check .
 python -m mypy
+lint-imports
 python -m pytest "$@"

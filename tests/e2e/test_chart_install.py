@@ -14,12 +14,12 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
+from harness.cluster import Cluster, e2e_config, make_node, make_pod, scheduled_node, set_load
 from harness.deploy import find, template
 from harness.exporter import Exporter
 from harness.kubernetes import wait_until
 from harness.loadext import LOADEXT
 from harness.prometheus import free_port
-from tests.cluster import Cluster, e2e_config, make_node, make_pod, scheduled_node, set_load
 
 RELEASE, NAMESPACE, SCHEDULER = "chart", "loadext-chart", "chart-loadext-scheduler"
 

@@ -20,11 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from harness.certs import make_ca, make_cert
-from harness.exporter import Exporter
-from harness.kubernetes import wait_until
-from harness.loadext import serve_argv
-from harness.prometheus import free_port
-from tests.cluster import (
+from harness.cluster import (
     CASE_LABEL,
     E2E_NAMESPACE,
     Cluster,
@@ -40,6 +36,10 @@ from tests.cluster import (
     unschedulable_message,
     wait_loadext_sees,
 )
+from harness.exporter import Exporter
+from harness.kubernetes import wait_until
+from harness.loadext import serve_argv
+from harness.prometheus import free_port
 
 
 def test_pods_go_to_the_least_loaded_node_never_to_the_hot_one(cluster: Cluster, exporter: Exporter, slug: str) -> None:

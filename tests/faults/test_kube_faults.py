@@ -22,9 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness.exporter import Exporter
-from harness.kubernetes import wait_until
-from tests.cluster import (
+from harness.cluster import (
     E2E_NAMESPACE,
     Cluster,
     e2e_config,
@@ -36,7 +34,9 @@ from tests.cluster import (
     set_load,
     wait_loadext_sees,
 )
-from tests.conftest import fixture_bytes
+from harness.exporter import Exporter
+from harness.kubernetes import wait_until
+from harness.wire import fixture_bytes
 
 pytestmark = pytest.mark.e2e
 

@@ -24,8 +24,11 @@ import pytest
 
 from harness.exporter import Exporter
 from harness.faultproxy import FaultProxy
+from harness.inprocess import StartLoadext, live_config, sees, set_load
+from harness.metrics_text import metric_value
 from harness.prometheus import PrometheusServer, scrape_config
-from tests.conftest import StartLoadext, eventually, live_config, metric_value, names_request, sees, set_load
+from harness.waiting import eventually
+from harness.wire import names_request
 
 
 async def test_nan_and_inf_are_dropped_and_counted_and_ratios_clamped(

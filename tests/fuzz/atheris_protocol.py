@@ -19,27 +19,38 @@ import atheris
 
 with atheris.instrument_imports():
     from loadext.config import parse_config
-    from loadext.extender import Extender
-    from loadext.protocol import (
+    from loadext.core.extender import Extender
+    from loadext.core.snapshot import SignalValues
+    from loadext.http.protocol import (
         ProtocolError,
         decode_binding_args,
         decode_extender_args,
         decode_preemption_args,
         encode_binding_result,
+        encode_filter_result,
+        encode_host_priority_list,
+        encode_preemption_result,
     )
-    from loadext.telemetry import Telemetry
 
 CONFIG = """prometheus: {url: "http://127.0.0.1:9"}
 signals:
   - {name: cpu, query: up, threshold: 0.8}
   - {name: memory, query: up, threshold: 0.9}
 """
-extender = Extender(parse_config(CONFIG), Telemetry())
+extender = Extender(parse_config(CONFIG))
 now = time.time()
-extender.cache.store("cpu", {"machine1": 0.95, "machine2": 0.2, "10.0.0.3": 0.5}, now)
-extender.cache.store("memory", {"machine1": 0.3, "machine2": 0.95}, now)
-extender.cache.rebuild()
-extender.refreshed_once = True
+snapshot = extender.cache.store_round(
+    [
+        SignalValues("cpu", {"machine1": 0.95, "machine2": 0.2, "10.0.0.3": 0.5}, now),
+        SignalValues("memory", {"machine1": 0.3, "machine2": 0.95}, now),
+    ]
+)
+extender.publish_refresh(snapshot, extender.table_builder()(snapshot))
+
+
+def filtered(body: bytes, node_details: bool) -> bytes:
+    request = decode_extender_args(body, node_details=node_details)
+    return encode_filter_result(extender.filter(request.args), request.full_nodes)
 
 
 def one_input(data: bytes) -> None:
@@ -49,13 +60,13 @@ def one_input(data: bytes) -> None:
     try:
         match selector % 5:
             case 0:
-                reply = extender.filter(decode_extender_args(body, node_details=False)).body
+                reply = filtered(body, node_details=False)
             case 1:
-                reply = extender.prioritize(decode_extender_args(body, node_details=True)).body
+                reply = encode_host_priority_list(extender.prioritize(decode_extender_args(body, True).args))
             case 2:
-                reply = extender.filter(decode_extender_args(body, node_details=True)).body
+                reply = filtered(body, node_details=True)
             case 3:
-                reply = extender.preempt(decode_preemption_args(body)).body
+                reply = encode_preemption_result(extender.preempt(decode_preemption_args(body)))
             case _:
                 reply = encode_binding_result("" if decode_binding_args(body).node else "no node")
     except ProtocolError:

@@ -18,10 +18,11 @@ import yaml
 
 from harness.exporter import Exporter
 from harness.image import ROOT, UnpackedImage, build_image
+from harness.inprocess import live_config, set_load
 from harness.kubernetes import wait_until
 from harness.loadext import ready
 from harness.prometheus import PrometheusServer, free_port
-from tests.conftest import live_config, names_request, set_load
+from harness.wire import names_request
 
 pytestmark = pytest.mark.packaging
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

@@ -1,0 +1,233 @@
+"""The composition root: the one place where loadext's parts are built and wired together.
+
+core/ decides, sources/ feed it (Prometheus refresher, Kubernetes watches, config reload),
+http/ serves it, telemetry.py counts it. `App` holds one process's parts; `serve` runs it as
+the extender, `explain_once` as the one-shot `loadext explain`. Tests build the same App.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from loadext import __version__
+from loadext.config import Config, parse_config
+from loadext.core.explain import explain
+from loadext.core.extender import Extender
+from loadext.core.requests import BindingArgs
+from loadext.http import lifecycle, tls
+from loadext.http.limits import Limits
+from loadext.http.server import ServerState, create_app, create_ops_app, install_event_loop
+from loadext.sources import kube, watches
+from loadext.sources.prometheus import ERROR_KINDS
+from loadext.sources.refresher import Refresher
+from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
+from loadext.sources.watches import ConfigMapRef
+from loadext.telemetry import Telemetry
+
+log = logging.getLogger("loadext")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """`loadext serve`'s flags, as cli.py parsed them (see `loadext serve --help`)."""
+
+    config: str | None = None
+    configmap: ConfigMapRef | None = None
+    kubeconfig: str | None = None
+    watch_nodes: bool = False
+    reload_interval: float = 2.0
+    listen: tuple[str, int] = ("0.0.0.0", 8888)
+    path_prefix: str = "/"
+    metrics_listen: tuple[str, int] | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    shutdown_delay: float = 0.0
+    shutdown_timeout: float = 30.0
+
+
+class App:
+    """One loadext process: the extender, what feeds it, what serves it, built from a config
+    document (ConfigError if it is invalid)."""
+
+    def __init__(
+        self,
+        text: str,
+        source: str = "config",
+        *,
+        config_path: str | None = None,
+        reload_interval: float = 2.0,
+        configmap: ConfigMapRef | None = None,
+        kube_api: Any = None,  # kubernetes.client.CoreV1Api (the client ships no type hints)
+        watch_nodes: bool = False,
+        limits: Limits | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        config = parse_config(text, source=source)
+        self.telemetry = Telemetry()
+        self.telemetry.config_reloads.labels("success").inc()
+        self.extender = Extender(config, clock=clock)
+        self.refresher = Refresher(self.extender, self.telemetry)
+        self.reloader = ConfigReloader(text, self.apply, self.telemetry)
+        self.server = ServerState(self.extender, self.telemetry, self.bind, limits or Limits())
+        self.config_watcher = ConfigFileWatcher(config_path, self.reloader, reload_interval) if config_path else None
+        self.configmap = configmap
+        self.kube_api = kube_api
+        # The herd guard needs Node allocatable: with it on at start, watch Nodes as well.
+        self.watch_nodes = watch_nodes or config.herd_guard.enabled
+        extender = self.extender
+        self.telemetry.degraded.set_function(lambda: 1 if extender.table().degraded else 0)
+        self._config_applied()
+
+    def apply(self, config: Config) -> None:
+        """A reloaded config, already validated: in force from the next request, and a refresh
+        with its queries at once."""
+        self.extender.apply_config(config)
+        self._config_applied()
+        self.refresher.poke()
+
+    def _config_applied(self) -> None:
+        self.telemetry.config_applied(
+            self.extender.config, self.extender.node_states, self.extender.clock(), ERROR_KINDS
+        )
+
+    async def bind(self, args: BindingArgs) -> str:
+        if not self.extender.config.bind_enabled:
+            return "loadext: bind is disabled (set bind.enabled: true, or remove bindVerb)"
+        if self.kube_api is None:
+            return "loadext: bind is enabled but no Kubernetes API client is configured (--kubeconfig)"
+        error = await asyncio.to_thread(kube.bind, self.kube_api, args)
+        if error:
+            log.warning("bind failed: %s", error)
+        else:
+            self.extender.record_binding(args.pod_uid, args.node)
+        return error
+
+    def web_app(self, path_prefix: str = "/", background: bool = True) -> web.Application:
+        """The main port's application; with `background`, it also runs the refresher, the
+        config watcher and the Kubernetes watches for as long as it runs."""
+        app = create_app(self.server, path_prefix)
+        if background:
+            app.cleanup_ctx.append(self._background)
+        return app
+
+    async def _background(self, _: web.Application) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(self.refresher.run(), name="refresher")]
+        if self.config_watcher is not None:
+            tasks.append(asyncio.create_task(self.config_watcher.run(), name="config-watcher"))
+        started = []
+        api = self.kube_api
+        if self.watch_nodes and api is None:
+            log.warning("--watch-nodes needs a Kubernetes API client; node addresses come from requests only")
+        elif self.watch_nodes:
+            started.append(watches.watch_nodes(api, self.extender.directory, self._health("nodes")))
+        if self.configmap is not None and api is not None:
+            health = self._health("configmap")
+            started.append(watches.watch_configmap(api, self.configmap, self.reloader, health))
+        if api is not None:
+            pods = watches.supervise_pod_watch(api, self.extender, self._health("pods"))
+            tasks.append(asyncio.create_task(pods, name="pod-watch"))
+        elif self.extender.config.herd_guard.enabled:
+            log.warning("herdGuard needs a Kubernetes API client to watch pods; only loadext's own binds count")
+        yield
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for watch in started:
+            watch.stop.set()
+        self.refresher.close()
+
+    def _health(self, resource: str) -> Callable[[bool], None]:
+        gauge = self.telemetry.watch_healthy.labels(resource)
+        return lambda healthy: gauge.set(1 if healthy else 0)
+
+
+def serve(options: ServeOptions) -> int:
+    """Run the extender until SIGTERM (lifecycle.py drains and stops it)."""
+    wants_api = options.kubeconfig or options.configmap or options.watch_nodes
+    api = kube.api_client(options.kubeconfig) if wants_api else None
+    ref = options.configmap
+    if ref is not None:
+        if api is None:
+            raise OSError("--configmap needs a Kubernetes API client (--kubeconfig, or run in a pod)")
+        source = f"configmap {ref.namespace}/{ref.name} key {ref.key}"
+        text = kube.read_configmap(api, ref.namespace, ref.name, ref.key)
+    else:
+        source = options.config or ""
+        with open(source, encoding="utf-8") as handle:
+            text = handle.read()
+    app = App(
+        text,
+        source,
+        config_path=options.config,
+        reload_interval=options.reload_interval,
+        configmap=ref,
+        kube_api=api,
+        watch_nodes=options.watch_nodes,
+        limits=options.limits,
+    )
+    config = app.extender.config
+    if (config.bind_enabled or config.herd_guard.enabled) and app.kube_api is None:
+        app.kube_api = kube.api_client(None)  # in-cluster: bind and the pod watch need it
+    web_app = app.web_app(options.path_prefix)
+    host, port = options.listen
+    log.info(
+        "loadext %s serving on %s:%d%s (config from %s, hash %s)",
+        __version__,
+        host,
+        port,
+        options.path_prefix,
+        source,
+        config.hash,
+    )
+    context = None
+    if options.tls_cert or options.tls_key or options.tls_client_ca:
+        if not (options.tls_cert and options.tls_key):
+            raise OSError("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")
+        context = tls.server_context(options.tls_cert, options.tls_key, options.tls_client_ca)
+        web_app.cleanup_ctx.append(tls.reloader(context, options.tls_cert, options.tls_key, options.reload_interval))
+    listeners = [lifecycle.Listener(web_app, host, port, context)]
+    if options.metrics_listen:
+        listeners.append(lifecycle.Listener(create_ops_app(app.server), *options.metrics_listen))
+        log.info("metrics and probes also on plain http://%s:%d", *options.metrics_listen)
+
+    def drain() -> None:
+        app.server.draining = True
+
+    install_event_loop()
+    asyncio.run(
+        lifecycle.serve(
+            listeners,
+            options.limits.header_timeout,
+            lifecycle.Shutdown(options.shutdown_delay, options.shutdown_timeout),
+            on_drain=drain,
+            on_header_timeout=app.telemetry.slow_clients.labels("header").inc,
+        )
+    )
+    return 0
+
+
+def explain_once(config: Config, kubeconfig: str | None, nodes: list[str]) -> dict[str, Any]:
+    """`loadext explain` without a running loadext: one refresh, then the same report."""
+    extender = Extender(config)
+    api = kube.api_client(kubeconfig) if kubeconfig else None
+    if api is not None:
+        watches.ingest_node_list(extender.directory, api.list_node().items)
+    extender.directory.observe(nodes)
+    refresher = Refresher(extender, Telemetry())
+    try:
+        asyncio.run(refresher.refresh_once())
+    finally:
+        refresher.close()
+    return explain(extender)

@@ -1,0 +1,53 @@
+"""Durations and Kubernetes quantities as plain floats (seconds, cores, bytes).
+
+Quantities are parsed here rather than with the kubernetes client's `parse_quantity` so that
+the pure core (which estimates pod usage from requests and limits) never imports the client
+library; tests/unit/test_units.py checks this parser against the client's on the same inputs.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, DecimalException
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Parse a Go/Kubernetes duration ("15s", "1m30s", "250ms") into seconds."""
+    if not isinstance(text, str) or not text:
+        raise ValueError("must be a duration string such as 15s or 1m30s")
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text):
+        raise ValueError(f"{text!r} is not a duration (use units h, m, s, ms: e.g. 15s, 1m30s)")
+    return total
+
+
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+_DECIMAL_POWERS = {"n": -3, "u": -2, "m": -1, "k": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+_MULTIPLIERS: dict[str | None, Decimal] = {
+    None: Decimal(1),
+    **{suffix: Decimal(1024) ** power for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)},
+    **{suffix: Decimal(1000) ** power for suffix, power in _DECIMAL_POWERS.items()},
+}
+
+
+def quantity(value: object) -> float | None:
+    """A Kubernetes quantity ("500m", "1Gi", "2", 1.5) as a float; None if absent or unparsable."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    match = _QUANTITY.match(str(value))
+    if match is None:
+        return None
+    try:
+        return float(Decimal(match.group(1)) * _MULTIPLIERS[match.group(2)])
+    except DecimalException:
+        return None

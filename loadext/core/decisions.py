@@ -1,0 +1,42 @@
+"""The last decisions per pod, for "why did my pod go there / not there".
+
+Recording is O(1) on the scheduling path: a decision keeps references to the request's name
+list, the verdicts, and the immutable snapshot and config they came from; rows are expanded
+only when someone asks. The memory is a bounded LRU (cachetools): with 500-node requests, 256
+pods cost a few MB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cachetools import LRUCache
+
+from loadext.config import Config
+from loadext.core.policy import Verdict
+from loadext.core.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class Decision:
+    verb: str
+    time: float
+    names: list[str]
+    identities: list[str | None] | None  # None: identities are the names
+    verdicts: list[Verdict]
+    snapshot: Snapshot
+    config: Config
+
+
+class DecisionLog:
+    def __init__(self, size: int = 256) -> None:
+        self._pods: LRUCache[str, dict[str, Decision]] = LRUCache(maxsize=size)
+
+    def record(self, pod: str, decision: Decision) -> None:
+        verbs = self._pods.get(pod)
+        if verbs is None:
+            verbs = self._pods[pod] = {}
+        verbs[decision.verb] = decision
+
+    def get(self, pod: str) -> dict[str, Decision] | None:
+        return self._pods.get(pod)

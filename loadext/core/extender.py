@@ -1,0 +1,417 @@
+"""The extender's state and verbs: requests in, typed results out, no wire format, no metrics.
+
+It owns the live config, the snapshot cache, the node directory, the in-flight placements and
+the decision table, and answers filter, prioritize and preempt from memory. http/ decodes the
+requests and encodes these results; telemetry.py counts them; sources/ feed the state (the
+refresher publishes each refresh through `publish_refresh`, the watches feed the directory and
+the in-flight set).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
+from typing import Any
+
+from cachetools import LRUCache
+
+from loadext.config import Config, Pool
+from loadext.core.decisions import Decision, DecisionLog
+from loadext.core.herd import BoundPod, Candidate, EstimateRule, InFlight, Placement, Usage, allocatable, corrected
+from loadext.core.herd import pod_estimate as estimate_from_spec
+from loadext.core.nodes import NodeDirectory, normalise_address
+from loadext.core.policy import DecisionTable, NodeState, Verdict, build_table, heat, soft_choice
+from loadext.core.requests import ExtenderArgs, PodRef, PreemptionArgs, Victims
+from loadext.core.signal_health import SignalHealth
+from loadext.core.snapshot import Snapshot, SnapshotCache
+
+log = logging.getLogger(__name__)
+_PASSED = attrgetter("passed")
+
+Rejections = tuple[tuple[str, str, int], ...]  # (signal, cause, nodes refused)
+
+
+@dataclass(frozen=True)
+class MappingReport:
+    """Per signal: known nodes without a series, and series that match no known node."""
+
+    unmapped_nodes: tuple[str, ...] = ()
+    unmatched_series: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    names: list[str]
+    passed: list[int]  # indexes into names
+    rejected: dict[str, str]  # node -> reason
+    unresolvable: bool  # rejectedNodes: unresolvable (FailedAndUnresolvableNodes), else FailedNodes
+    rejections: Rejections
+    soft: str = ""  # "" or why soft mode passed nodes every verdict refused (herd, threshold)
+
+    def summary(self) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            "nodes": len(self.names),
+            "passed": len(self.passed),
+            "rejected": dict(Tally(self.rejected.values())),
+        }
+        if self.soft:
+            summary["soft"] = self.soft
+        return summary
+
+
+@dataclass(frozen=True, slots=True)
+class PrioritizeResult:
+    names: list[str]
+    scores: list[int]  # 0..10, aligned with names
+    best: int | None  # index of the first top score; None for no candidates
+
+    def summary(self) -> dict[str, Any]:
+        summary: dict[str, Any] = {"nodes": len(self.names)}
+        if self.best is not None:
+            summary["best"] = {"node": self.names[self.best], "score": self.scores[self.best]}
+        return summary
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptResult:
+    candidates: int
+    kept: dict[str, Victims]
+    rejections: Rejections
+
+    def summary(self) -> dict[str, Any]:
+        return {"nodes": self.candidates, "passed": len(self.kept)}
+
+
+@dataclass
+class Extender:
+    config: Config
+    clock: Callable[[], float] = time.time
+    directory: NodeDirectory = field(default_factory=NodeDirectory)
+    cache: SnapshotCache = field(init=False)
+    mapping: dict[str, MappingReport] = field(default_factory=dict)
+    refreshed_once: bool = False
+    decisions: DecisionLog = field(default_factory=DecisionLog)
+    inflight: InFlight = field(init=False)
+    signal_health: SignalHealth = field(init=False)
+    _estimates: LRUCache[str, Usage] = field(default_factory=lambda: LRUCache(maxsize=4096), init=False)
+    _table: DecisionTable | None = field(default=None, init=False)
+    _soft_logged: dict[str, float] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.cache = SnapshotCache(self.config.max_data_age, clock=self.clock)
+        self.inflight = InFlight(self.config.herd_guard.window)
+        self.signal_health = SignalHealth(self.clock)
+
+    # --- config ---------------------------------------------------------------------------
+
+    def apply_config(self, config: Config) -> None:
+        """Swap in a validated config; the next request decides with it."""
+        self.config = config
+        self.inflight.window = config.herd_guard.window
+        self.cache.set_max_age(config.max_data_age)
+        self.cache.forget_signals_except({s.name for s in config.signals})
+        self.signal_health.forget_except({s.name for s in config.signals})
+        self.cache.rebuild()
+        self._table = None
+
+    @property
+    def ready(self) -> bool:
+        """Ready once a first refresh round ended: with data, or with the failure policy in force."""
+        return self.refreshed_once
+
+    # --- state ----------------------------------------------------------------------------
+
+    def table_builder(self) -> Callable[[Snapshot], DecisionTable]:
+        """The one way a decision table is built: bound to the config and pool labels of now
+        (read here, on the event loop), so the refresher can run it in a worker thread."""
+        config = self.config
+        pools_version = self.directory.labels_version if config.pools else 0
+        assignment = self._pool_assignment()
+        return lambda snapshot: build_table(snapshot, config, self.clock(), assignment, pools_version)
+
+    def table(self) -> DecisionTable:
+        """The current table, rebuilt when the snapshot, config or pool labels changed, or
+        when its earliest sample crossed maxDataAge."""
+        table = self._table
+        pools_version = self.directory.labels_version if self.config.pools else 0
+        if (
+            table is None
+            or table.snapshot_version != self.cache.snapshot.version
+            or table.config_hash != self.config.hash
+            or table.pools_version != pools_version
+            or self.clock() >= table.valid_until
+        ):
+            table = self._table = self.table_builder()(self.cache.snapshot)
+        return table
+
+    def publish_refresh(self, snapshot: Snapshot, table: DecisionTable) -> dict[str, MappingReport]:
+        """A refresh round's snapshot and the table decided from it, in one step: requests see
+        both or neither. Returns the recounted series-to-node mapping."""
+        self.cache.publish(snapshot)
+        if table.config_hash == self.config.hash:  # else a reload came in meanwhile: decide afresh
+            self._table = table
+        self.inflight.expire(self.clock())
+        self.refreshed_once = True
+        return self._update_mapping()
+
+    def _pool_assignment(self) -> dict[str, Pool]:
+        """identity -> pool, from the labels of the nodes loadext has seen (watch or requests)."""
+        assignment: dict[str, Pool] = {}
+        for name, labels in self.directory.labelled().items():
+            pool = self.config.pool_for(labels)
+            if pool is None:
+                continue
+            if self.config.node_identity.kind == "name":
+                assignment[name] = pool
+            else:
+                assignment.update(dict.fromkeys(self.directory.addresses(name), pool))
+        return assignment
+
+    def pool_of(self, name: str) -> str | None:
+        pool = self.config.pool_for(self.directory.labelled().get(name))
+        return pool.name if pool is not None else None
+
+    def identity(self, name: str, addresses: tuple[str, ...], table: DecisionTable) -> str | None:
+        """The key of a node's series: its name, or the first of its IPs that has data."""
+        if self.config.node_identity.kind == "name":
+            return name
+        ips = [ip for ip in (normalise_address(a) for a in addresses) if ip] or list(self.directory.addresses(name))
+        for ip in ips:
+            if ip in table.by_identity:
+                return ip
+        return ips[0] if ips else None
+
+    # --- the herd guard's inputs ----------------------------------------------------------
+
+    def estimate(self, pod: PodRef | BoundPod) -> Usage:
+        guard = self.config.herd_guard
+        rule = EstimateRule(
+            guard.cpu_limit_factor, guard.memory_limit_factor, Usage(guard.best_effort_cpu, guard.best_effort_memory)
+        )
+        return estimate_from_spec(pod.containers, pod.init_containers, pod.overhead, rule)
+
+    def record_placement(self, uid: str, node: str, placed_at: float, usage: Usage) -> None:
+        self.inflight.place(uid, Placement(node, placed_at, usage), self.clock())
+
+    def record_bound_pod(self, pod: BoundPod) -> None:
+        """A pod from the pod watch: counted while recent, forgotten once finished or deleted."""
+        if pod.finished:
+            self.inflight.remove(pod.uid)
+        else:
+            self.record_placement(pod.uid, pod.node, pod.placed_at, self.estimate(pod))
+
+    def replace_bound_pods(self, pods: list[BoundPod]) -> None:
+        placements = {p.uid: Placement(p.node, p.placed_at, self.estimate(p)) for p in pods if not p.finished}
+        self.inflight.replace_all(placements, self.clock())
+
+    def record_binding(self, uid: str, node: str) -> None:
+        """loadext bound the pod itself: count it now, before the watch reports it."""
+        self._count_now(uid, node)
+
+    def expect_placement(self, uid: str, node: str) -> None:
+        """The node loadext scored best for a pod: count the pod there at once, as the likely
+        placement. In a burst kube-scheduler places the next pod before the pod watch (or no
+        watch at all, without an API server) could show this one; the watch's binding, when it
+        comes, replaces the guess with the node really chosen."""
+        self._count_now(uid, node)
+
+    def _count_now(self, uid: str, node: str) -> None:
+        """Place a pod loadext has judged (so its estimate is known) on a node from now."""
+        usage = self._estimates.get(uid)
+        if usage is not None and self.config.herd_guard.enabled:
+            self.record_placement(uid, node, self.clock(), usage)
+
+    # --- verbs ----------------------------------------------------------------------------
+
+    def verdicts(self, names: list[str], args: ExtenderArgs | None = None) -> list[Verdict]:
+        """One verdict per name, in order: lookups in the precomputed table, then, with the herd
+        guard on, the correction for recent placements and the incoming pod."""
+        return self._judged(names, args)[1]
+
+    def _judged(
+        self, names: list[str], args: ExtenderArgs | None
+    ) -> tuple[list[Verdict], list[Verdict], list[str | None], DecisionTable]:
+        """(measured, guarded, identities, table): the table's verdicts on measured load alone,
+        and the same corrected by the herd guard (the same list when it does not apply)."""
+        addresses = args.addresses if args is not None else {}
+        if args is not None:
+            for name, node_labels in args.labels.items():
+                self.directory.set_labels(name, node_labels)
+            for name, quantities in args.allocatable.items():
+                self.directory.set_allocatable(name, allocatable(quantities))
+        self.directory.observe(names, addresses)
+        table = self.table()
+        if self.config.node_identity.kind == "name":
+            identities: list[str | None] = list(names)
+            measured = list(map(table.by_identity.__getitem__, names))
+        else:
+            identities = [self.identity(name, addresses.get(name, ()), table) for name in names]
+            measured = list(map(table.verdict, identities))
+        if not self.config.herd_guard.enabled or table.degraded:
+            return measured, measured, identities, table
+        incoming, own = Usage(), None
+        if args is not None and args.pod is not None:
+            incoming = self._estimates[args.pod.uid] = self.estimate(args.pod)
+            own = self.inflight.get(args.pod.uid)
+        now = self.clock()
+        candidates = self._candidates(names, identities, measured, table)
+        guarded = corrected(
+            candidates, self.inflight.per_node(now), incoming, self.directory.allocatable, self.config, now, own
+        )
+        return measured, guarded, identities, table
+
+    def _candidates(
+        self, names: list[str], identities: list[str | None], measured: list[Verdict], table: DecisionTable
+    ) -> Iterator[Candidate]:
+        """Each node with what it is judged on (its samples and pool), for the herd correction
+        and soft mode, which both re-judge nodes beyond the table's verdict."""
+        snapshot = self.cache.snapshot
+        for name, identity, verdict in zip(names, identities, measured, strict=True):
+            if not identity:
+                yield Candidate(name, verdict, None, None)
+            else:
+                yield Candidate(name, verdict, snapshot.by_identity.get(identity), table.pools.get(identity))
+
+    def _rejections(self, reasons: Tally[str], verdicts: Iterable[Verdict] = ()) -> Rejections:
+        """Refused-node counts by (signal, cause), from the reasons' tally (see policy._causes)."""
+        causes = self.table().causes
+        out: list[tuple[str, str, int]] = []
+        for reason, nodes in reasons.items():
+            pairs = causes.get(reason)
+            if pairs is None:  # a reason made per request (herd guard): read it off its verdict
+                pairs = next((v.rejected_by for v in verdicts if v.reason == reason), ())
+            out.extend((signal, cause, nodes) for signal, cause in pairs)
+        return tuple(out)
+
+    def _remember(self, verb: str, args: ExtenderArgs, verdicts: list[Verdict]) -> None:
+        if args.pod is None or not args.pod.name:
+            return
+        identities = None
+        if self.config.node_identity.kind != "name":
+            table = self.table()
+            identities = [self.identity(n, args.addresses.get(n, ()), table) for n in args.names]
+        decision = Decision(verb, self.clock(), args.names, identities, verdicts, self.cache.snapshot, self.config)
+        self.decisions.record(args.pod.key, decision)
+
+    def filter(self, args: ExtenderArgs) -> FilterResult:
+        measured, verdicts, identities, table = self._judged(args.names, args)
+        self._remember("filter", args, verdicts)
+        soft = ""
+        if args.pod is not None and args.pod.is_daemonset:
+            flags = [True] * len(args.names)
+        else:
+            flags = list(map(_PASSED, verdicts))
+        passed = list(compress(range(len(flags)), flags))
+        if args.names and not passed:
+            passed, soft = self._soft_pass(args, measured, identities, table)
+            for index in passed:
+                flags[index] = True
+        rejected = {name: v.reason for name, v, ok in zip(args.names, verdicts, flags, strict=True) if not ok}
+        rejections = self._rejections(Tally(rejected.values()), verdicts) if rejected else ()
+        unresolvable = self.config.rejected_nodes == "unresolvable"
+        return FilterResult(args.names, passed, rejected, unresolvable, rejections, soft)
+
+    def _soft_pass(
+        self, args: ExtenderArgs, measured: list[Verdict], identities: list[str | None], table: DecisionTable
+    ) -> tuple[list[int], str]:
+        """Every candidate refused: soft mode may pass the least loaded instead (policy.soft_choice)."""
+        herd_soft = self.config.herd_guard.enabled and self.config.herd_guard.soft
+        threshold_soft = self.config.filter_mode == "soft"
+        heats: list[float | None] = []
+        if threshold_soft:
+            for candidate in self._candidates(args.names, identities, measured, table):
+                samples = candidate.samples
+                heats.append(heat(samples, self.config, candidate.pool, candidate.measured) if samples else None)
+        chosen, why = soft_choice(measured, heats, herd_soft, threshold_soft)
+        if chosen:
+            now = self.clock()
+            if now - self._soft_logged.get(why, 0.0) >= 10:
+                self._soft_logged[why] = now
+                pod = args.pod.key if args.pod is not None else "-"
+                log.info(
+                    "filter for %s: every candidate refused (%s); soft mode passes %d of %d, the least loaded "
+                    "(logged at most every 10s; loadext_filter_soft_passes_total counts each)",
+                    pod,
+                    "pods in flight" if why == "herd" else "over thresholds",
+                    len(chosen),
+                    len(measured),
+                )
+        return chosen, why
+
+    def prioritize(self, args: ExtenderArgs) -> PrioritizeResult:
+        verdicts = self.verdicts(args.names, args)
+        self._remember("prioritize", args, verdicts)
+        scores = [verdict.score for verdict in verdicts]
+        best = scores.index(max(scores)) if scores else None
+        if best is not None and args.pod is not None and args.pod.uid:
+            self.expect_placement(args.pod.uid, args.names[best])
+        return PrioritizeResult(args.names, scores, best)
+
+    def preempt(self, args: PreemptionArgs) -> PreemptResult:
+        """Keep the scheduler's victims, but only on nodes loadext's filter would accept."""
+        if args.pod is not None and args.pod.is_daemonset:
+            return PreemptResult(len(args.victims), args.victims, ())
+        names = list(args.victims)
+        verdicts = self.verdicts(names)
+        kept = {name: args.victims[name] for name, verdict in zip(names, verdicts, strict=True) if verdict.passed}
+        rejections = self._rejections(Tally(v.reason for v in verdicts if not v.passed), verdicts)
+        return PreemptResult(len(args.victims), kept, rejections)
+
+    # --- observability --------------------------------------------------------------------
+
+    def node_states(self) -> list[NodeState]:
+        """Every node loadext knows (and, with name identities, every node a series names)."""
+        table, snapshot = self.table(), self.cache.snapshot
+        names = self.directory.names()
+        if self.config.node_identity.kind == "name":
+            names |= set(snapshot.by_identity)
+        states = []
+        for name in sorted(names):
+            identity = self.identity(name, (), table)
+            samples = snapshot.by_identity.get(identity, {}) if identity else {}
+            states.append(NodeState(name, identity, samples, table.verdict(identity), self.pool_of(name)))
+        return states
+
+    def _update_mapping(self) -> dict[str, MappingReport]:
+        """Recount which known nodes lack series and which series name no node; log changes."""
+        kind = self.config.node_identity.kind
+        known = self.directory.names()
+        snapshot = self.cache.snapshot
+        reports = {}
+        for signal in self.config.signals:
+            identities = {i for i, s in snapshot.by_identity.items() if signal.name in s}
+            mapped = {self.directory.node_for_identity(i, kind) for i in identities}
+            unmatched = sorted(i for i in identities if self.directory.node_for_identity(i, kind) is None)
+            report = MappingReport(
+                unmapped_nodes=tuple(sorted(known - {m for m in mapped if m})),
+                unmatched_series=tuple(unmatched) if known else (),
+            )
+            previous = self.mapping.get(signal.name)
+            # While the signal's queries fail, its series are missing for that reason (logged
+            # by SignalHealth): pointing at nodeIdentity then would point away from the cause.
+            failing = self.signal_health.failing(signal.name) is not None
+            if previous != report and (report.unmapped_nodes or report.unmatched_series) and not failing:
+                log.warning(
+                    "signal %s: %d known nodes have no series (%s); %d series match no node (%s); "
+                    "check nodeIdentity (label %r, kind %s)",
+                    signal.name,
+                    len(report.unmapped_nodes),
+                    _sample(report.unmapped_nodes),
+                    len(report.unmatched_series),
+                    _sample(report.unmatched_series),
+                    self.config.node_identity.label,
+                    kind,
+                )
+            reports[signal.name] = report
+        self.mapping = reports
+        return reports
+
+
+def _sample(items: tuple[str, ...], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

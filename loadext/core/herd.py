@@ -1,0 +1,205 @@
+"""The herd guard: pods placed recently count on their node until the metrics can show them.
+
+Metrics lag: a pod's usage reaches Prometheus only after it starts and the rate window fills.
+Without a correction, a burst of pods all goes to the node that looked idle when the burst
+began. So loadext keeps, per node, the estimated usage of the pods placed there within the
+estimation window, and adds it (plus the incoming pod's own estimate) to the measured values
+before deciding.
+
+Estimate per resource, Koordinator's rule: max(request, limit x factor), capped at the limit;
+a container with neither request nor limit counts a configured BestEffort default. A pod's
+total follows Kubernetes' effective-request rule: max(sum over containers, largest init
+container) plus overhead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from loadext.config import Config, Pool
+from loadext.config.units import quantity
+from loadext.core.policy import Verdict, burst_verdict, judge, with_extra_load
+from loadext.core.snapshot import Sample
+
+RESOURCES = ("cpu", "memory")  # signals named like these get the estimates
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    cpu: float = 0.0  # cores
+    memory: float = 0.0  # bytes
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.cpu + other.cpu, self.memory + other.memory)
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(self.cpu - other.cpu, self.memory - other.memory)
+
+    def get(self, resource: str) -> float:
+        return self.cpu if resource == "cpu" else self.memory if resource == "memory" else 0.0
+
+
+@dataclass(frozen=True)
+class EstimateRule:
+    cpu_factor: float = 0.85
+    memory_factor: float = 0.7
+    best_effort: Usage = Usage(cpu=0.25, memory=200 * 1024 * 1024)
+
+
+Resources = Mapping[str, object]  # {"cpu": "500m", "memory": "1Gi"}
+
+
+def container_estimate(requests: Resources, limits: Resources, rule: EstimateRule) -> Usage:
+    values = []
+    for resource, factor in (("cpu", rule.cpu_factor), ("memory", rule.memory_factor)):
+        request, limit = quantity(requests.get(resource)), quantity(limits.get(resource))
+        if request is None and limit is None:
+            values.append(rule.best_effort.get(resource))
+        elif limit is None:
+            values.append(request or 0.0)
+        else:
+            values.append(min(limit, max(request or 0.0, limit * factor)))
+    return Usage(values[0], values[1])
+
+
+def pod_estimate(
+    containers: Iterable[tuple[Resources, Resources]],
+    init_containers: Iterable[tuple[Resources, Resources]],
+    overhead: Resources,
+    rule: EstimateRule,
+) -> Usage:
+    total = Usage()
+    for requests, limits in containers:
+        total = total + container_estimate(requests, limits, rule)
+    for requests, limits in init_containers:
+        init = container_estimate(requests, limits, rule)
+        total = Usage(max(total.cpu, init.cpu), max(total.memory, init.memory))
+    return total + Usage(quantity(overhead.get("cpu")) or 0.0, quantity(overhead.get("memory")) or 0.0)
+
+
+def allocatable(quantities: Mapping[str, object]) -> dict[str, float]:
+    """A Node's status.allocatable as {"cpu": cores, "memory": bytes} (what can be parsed)."""
+    out = {}
+    for resource in RESOURCES:
+        value = quantity(quantities.get(resource))
+        if value:
+            out[resource] = value
+    return out
+
+
+@dataclass(frozen=True)
+class BoundPod:
+    """What the herd guard needs of a bound pod from the watch."""
+
+    uid: str
+    node: str
+    placed_at: float  # PodScheduled's transition time: a restart of loadext does not re-date it
+    containers: tuple[tuple[dict[str, object], dict[str, object]], ...]
+    init_containers: tuple[tuple[dict[str, object], dict[str, object]], ...]
+    overhead: dict[str, object]
+    finished: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    node: str
+    placed_at: float  # wall time from the pod's PodScheduled condition, so restarts do not re-date
+    usage: Usage
+
+
+class InFlight:
+    """Pods placed within the window, by UID, and their summed estimates per node."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self._pods: dict[str, Placement] = {}
+        self._per_node: dict[str, tuple[Usage, int]] | None = None
+        self.version = 0  # bumps on every change: decisions depending on it are stale
+
+    def place(self, uid: str, placement: Placement, now: float) -> None:
+        """A pod bound to a node (from the pod watch, or loadext's own bind)."""
+        if now - placement.placed_at >= self.window:
+            self.remove(uid)  # placed long ago: the metrics show it already
+        elif self._pods.get(uid) != placement:
+            self._pods[uid] = placement
+            self._changed()
+
+    def remove(self, uid: str) -> None:
+        if self._pods.pop(uid, None) is not None:
+            self._changed()
+
+    def get(self, uid: str) -> Placement | None:
+        return self._pods.get(uid)
+
+    def replace_all(self, placements: Mapping[str, Placement], now: float) -> None:
+        self._pods = {uid: p for uid, p in placements.items() if now - p.placed_at < self.window}
+        self._changed()
+
+    def expire(self, now: float) -> None:
+        """Forget pods placed before the window: by now the metrics show them."""
+        old = [uid for uid, p in self._pods.items() if now - p.placed_at >= self.window]
+        for uid in old:
+            del self._pods[uid]
+        if old:
+            self._changed()
+
+    def _changed(self) -> None:
+        self._per_node = None
+        self.version += 1
+
+    def per_node(self, now: float) -> dict[str, tuple[Usage, int]]:
+        """node -> (summed estimate, number of placements) within the window."""
+        if self._per_node is None:
+            sums: dict[str, tuple[Usage, int]] = {}
+            for placement in self._pods.values():
+                if now - placement.placed_at < self.window:
+                    usage, count = sums.get(placement.node, (Usage(), 0))
+                    sums[placement.node] = (usage + placement.usage, count + 1)
+            self._per_node = sums
+        return self._per_node
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A node as the herd correction sees it: its measured verdict and what it is judged on."""
+
+    name: str
+    measured: Verdict
+    samples: Mapping[str, Sample] | None
+    pool: Pool | None
+
+
+def corrected(
+    candidates: Iterable[Candidate],
+    in_flight: Mapping[str, tuple[Usage, int]],
+    incoming: Usage,
+    capacity: Callable[[str], Mapping[str, float] | None],
+    config: Config,
+    now: float,
+    own: Placement | None = None,
+) -> list[Verdict]:
+    """Each candidate re-judged with the estimates of the pods placed on it within the window,
+    plus the incoming pod's own, as ratios of the node's allocatable; a node at burstCap
+    placements is refused outright. `own` is the incoming pod's expected placement from an
+    earlier attempt: it is the pod being judged, so it must not count against its node twice."""
+    burst_cap, window = config.herd_guard.burst_cap, config.herd_guard.window
+    out: list[Verdict] = []
+    for candidate in candidates:
+        usage, placements = in_flight.get(candidate.name, (Usage(), 0))
+        if own is not None and candidate.name == own.node and placements:
+            usage, placements = usage - own.usage, placements - 1
+        if burst_cap and placements >= burst_cap:
+            out.append(burst_verdict(placements, window))
+            continue
+        node_capacity = capacity(candidate.name)
+        extra = usage + incoming
+        if not node_capacity or not candidate.samples or (extra.cpu == 0 and extra.memory == 0):
+            out.append(candidate.measured)  # nothing to add, or nothing to add it to
+            continue
+        ratios = {r: extra.get(r) / node_capacity[r] for r in RESOURCES if node_capacity.get(r)}
+        out.append(judge(with_extra_load(candidate.samples, ratios), config, now, candidate.pool))
+    return out

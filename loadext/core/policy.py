@@ -1,0 +1,211 @@
+"""Decisions: a snapshot and a config in, one verdict per node out. No I/O, no clock reads.
+
+Verdicts depend only on a node's samples, the config and the time, so they are computed once
+per (snapshot, config) into a DecisionTable and every request is a dictionary lookup. The table
+knows when its earliest sample crosses maxDataAge and must be rebuilt.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from loadext.config import Config, Pool
+from loadext.core.snapshot import Sample, Snapshot
+from loadext.core.strategies import NEUTRAL, combine, strategy_for
+
+MAX_EXTENDER_PRIORITY = 10  # k8s.io/kube-scheduler/extender/v1: scores are 0..10
+
+
+def clamp_score(score: float) -> int:
+    """The scheduler adds Score x weight x 10 unchecked, so the range is ours to enforce."""
+    return max(0, min(MAX_EXTENDER_PRIORITY, round(score)))
+
+
+NEUTRAL_SCORE = clamp_score(10 * NEUTRAL)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    passed: bool
+    score: int
+    reason: str  # short and stable: the scheduler aggregates identical messages per pod
+    rejected_by: tuple[tuple[str, str], ...] = ()  # (signal, cause) for metrics and explain
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One node as loadext sees it now: for explain and the per-node metrics."""
+
+    node: str
+    identity: str | None
+    samples: Mapping[str, Sample]
+    verdict: Verdict
+    pool: str | None = None  # the pool whose overrides applied; None: the top-level signals
+
+
+class VerdictMap(dict[str, Verdict]):
+    """identity -> verdict; a node without series reads as `no_data`, so a whole request is
+    one C-level map() over its names."""
+
+    def __init__(self, verdicts: Mapping[str, Verdict], no_data: Verdict) -> None:
+        super().__init__(verdicts)
+        self.no_data = no_data
+
+    def __missing__(self, identity: str) -> Verdict:
+        return self.no_data
+
+
+@dataclass(frozen=True)
+class DecisionTable:
+    by_identity: VerdictMap
+    degraded: bool
+    valid_until: float  # wall time at which some sample ages out
+    snapshot_version: int
+    config_hash: str
+    causes: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # reason -> rejected_by
+    pools_version: int = 0  # which node-label state the pool assignment came from
+    pools: Mapping[str, Pool] = field(default_factory=dict)  # identity -> pool
+
+    @property
+    def no_data(self) -> Verdict:
+        return self.by_identity.no_data
+
+    def verdict(self, identity: str | None) -> Verdict:
+        return self.by_identity.no_data if identity is None else self.by_identity[identity]
+
+
+def is_degraded(snapshot: Snapshot, config: Config, now: float) -> bool:
+    """No signal has had a successful query within maxDataAge: Prometheus is gone for us."""
+    return not any(now - t < config.max_data_age for t in snapshot.last_success.values())
+
+
+def judge(samples: Mapping[str, Sample], config: Config, now: float, pool: Pool | None = None) -> Verdict:
+    """One node: reject if any thresholded signal is above it, else score by the strategy.
+    A node in a pool is judged by that pool's thresholds and weights."""
+    strategy = strategy_for(config.scoring)
+    over: list[str] = []
+    rejected_by: list[tuple[str, str]] = []
+    parts: list[tuple[float, float]] = []
+    for signal in pool.signals if pool is not None else config.signals:
+        sample = samples.get(signal.name)
+        fresh = sample is not None and now - sample.timestamp < config.max_data_age
+        if not fresh or sample is None:
+            if config.missing_data == "reject":
+                over.append(f"no fresh {signal.name} data")
+                rejected_by.append((signal.name, "missing"))
+            parts.append((signal.weight, NEUTRAL))
+            continue
+        if signal.threshold is not None and sample.value > signal.threshold:
+            over.append(f"{signal.name} above {_percent(signal.threshold)}")
+            rejected_by.append((signal.name, "threshold"))
+        parts.append((signal.weight, strategy(sample)))
+    if over:
+        return Verdict(False, 0, "loadext: " + ", ".join(over), tuple(rejected_by))
+    return Verdict(True, clamp_score(combine(parts)), "")
+
+
+def heat(samples: Mapping[str, Sample], config: Config, pool: Pool | None, verdict: Verdict) -> float | None:
+    """How far over its thresholds a refused node is (its worst value / threshold), or None when
+    it is refused for a reason soft mode never overrides: a `hard: true` signal, missing data,
+    degraded mode or the burst cap."""
+    if verdict.passed or not verdict.rejected_by:
+        return None
+    signals = {s.name: s for s in (pool.signals if pool is not None else config.signals)}
+    worst = 0.0
+    for name, cause in verdict.rejected_by:
+        signal, sample = signals.get(name), samples.get(name)
+        if cause != "threshold" or signal is None or signal.hard or not signal.threshold or sample is None:
+            return None
+        worst = max(worst, sample.value / signal.threshold)
+    return worst
+
+
+def soft_choice(
+    measured: Sequence[Verdict], heats: Sequence[float | None], herd_soft: bool, threshold_soft: bool
+) -> tuple[list[int], str]:
+    """The candidates to pass when loadext would refuse every one of them, and why; ([], "")
+    keeps the refusal. A load-aware filter should make placement better, never impossible:
+
+    - "herd" (herdGuard.soft): the nodes under every threshold by measurement, refused only for
+      the pods in flight (estimates, burst cap). All of them pass; prioritize ranks them.
+    - "threshold" (filterMode: soft): nodes refused only for being over soft thresholds; the
+      least hot pass (the lowest worst value/threshold, ties together).
+    """
+    if herd_soft:
+        chosen = [i for i, verdict in enumerate(measured) if verdict.passed]
+        if chosen:
+            return chosen, "herd"
+    if threshold_soft:
+        candidates = [(h, i) for i, h in enumerate(heats) if h is not None]
+        if candidates:
+            least = min(h for h, _ in candidates)
+            return [i for h, i in candidates if h == least], "threshold"
+    return [], ""
+
+
+def _percent(ratio: float) -> str:
+    return f"{ratio * 100:g}%"
+
+
+def degraded_verdict(config: Config) -> Verdict:
+    if config.failure_policy == "closed":
+        return Verdict(
+            False,
+            0,
+            "loadext: no fresh metrics (failurePolicy closed)",
+            tuple((s.name, "degraded") for s in config.signals),
+        )
+    return Verdict(True, NEUTRAL_SCORE, "")
+
+
+def build_table(
+    snapshot: Snapshot, config: Config, now: float, pools: Mapping[str, Pool] | None = None, pools_version: int = 0
+) -> DecisionTable:
+    """`pools`: identity -> the pool its node belongs to (nodes in no pool are absent)."""
+    pools = pools or {}
+    if is_degraded(snapshot, config, now):
+        verdict = degraded_verdict(config)
+        # The next successful refresh publishes a new snapshot, which rebuilds the table anyway.
+        return DecisionTable(
+            VerdictMap({}, verdict), True, math.inf, snapshot.version, config.hash, _causes([verdict]), pools_version
+        )
+    expiries = [t + config.max_data_age for t in snapshot.last_success.values()]
+    by_identity: dict[str, Verdict] = {}
+    for identity, samples in snapshot.by_identity.items():
+        by_identity[identity] = judge(samples, config, now, pools.get(identity))
+        expiries.extend(
+            s.timestamp + config.max_data_age for s in samples.values() if s.timestamp + config.max_data_age > now
+        )
+    no_data = judge({}, config, now)
+    return DecisionTable(
+        by_identity=VerdictMap(by_identity, no_data),
+        degraded=False,
+        valid_until=min((e for e in expiries if e > now), default=math.inf),
+        snapshot_version=snapshot.version,
+        config_hash=config.hash,
+        causes=_causes([no_data, *by_identity.values()]),
+        pools_version=pools_version,
+        pools=pools,
+    )
+
+
+def burst_verdict(placements: int, window: float) -> Verdict:
+    return Verdict(
+        False, 0, f"loadext: {placements} pods placed here in the last {window:.0f}s", (("placements", "burst"),)
+    )
+
+
+def with_extra_load(samples: Mapping[str, Sample], extra: Mapping[str, float]) -> dict[str, Sample]:
+    """Measured ratios plus the ratios of pods not yet visible in the metrics (herd guard)."""
+    return {
+        signal: Sample(min(1.0, sample.value + extra.get(signal, 0.0)), sample.timestamp, sample.mean, sample.stddev)
+        for signal, sample in samples.items()
+    }
+
+
+def _causes(verdicts: list[Verdict]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Reason -> (signal, cause) pairs. Requests tally reason strings, whose hashes Python
+    caches, and expand them here: counting per node stays at C speed."""
+    return {v.reason: v.rejected_by for v in verdicts if not v.passed}

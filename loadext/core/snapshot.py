@@ -1,0 +1,147 @@
+"""The TTL cache of per-node signal values, and the immutable snapshots policy decides from.
+
+Values expire after maxDataAge: a node whose data stopped arriving is treated as missing, never
+as idle (Volcano's trap) nor as forever-hot (Trimaran's). The scheduling path only ever reads a
+Snapshot, which is rebuilt after each refresh, so it never waits on Prometheus.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from cachetools import TTLCache
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    value: float  # 0..1
+    timestamp: float  # wall-clock seconds at which Prometheus evaluated it
+    mean: float | None = None  # riskAware: mean over the risk window
+    stddev: float | None = None  # riskAware: standard deviation over the risk window
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything loadext believes at one moment; shared read-only by every request."""
+
+    by_identity: Mapping[str, Mapping[str, Sample]]  # identity -> signal -> sample
+    last_success: Mapping[str, float]  # signal -> wall time of its last successful query
+    version: int
+    series_counts: Mapping[str, int] = field(default_factory=dict)  # signal -> series stored
+
+    @property
+    def newest(self) -> float | None:
+        return max(self.last_success.values(), default=None)
+
+
+EMPTY_SNAPSHOT = Snapshot(by_identity={}, last_success={}, version=0)
+
+
+@dataclass(frozen=True, slots=True)
+class SignalValues:
+    """One signal's successful query: identity -> value (0..1), evaluated at `timestamp`."""
+
+    signal: str
+    values: Mapping[str, float]
+    timestamp: float
+    means: Mapping[str, float] = field(default_factory=dict)  # riskAware only
+    stddevs: Mapping[str, float] = field(default_factory=dict)
+
+
+class SnapshotCache:
+    """(signal, identity) -> Sample in a cachetools TTLCache whose ttl is maxDataAge."""
+
+    def __init__(self, max_age: float, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._max_age = max_age
+        self._cache: TTLCache[tuple[str, str], Sample] = self._new_cache(max_age)
+        self._last_success: dict[str, float] = {}
+        self._versions = itertools.count(1)
+        self._snapshot = EMPTY_SNAPSHOT
+        # The refresher stores and rebuilds in a worker thread; config reloads touch the cache
+        # on the event loop. TTLCache is not thread-safe, so every method takes this lock.
+        self._lock = threading.RLock()
+
+    def _new_cache(self, max_age: float) -> TTLCache[tuple[str, str], Sample]:
+        return TTLCache(maxsize=1_000_000, ttl=max_age, timer=self._clock)
+
+    @property
+    def max_age(self) -> float:
+        return self._max_age
+
+    def set_max_age(self, max_age: float) -> None:
+        """A reloaded config may change maxDataAge; keep what is still young enough."""
+        with self._lock:
+            self._set_max_age(max_age)
+
+    def _set_max_age(self, max_age: float) -> None:
+        if max_age == self._max_age:
+            return
+        now, old = self._clock(), self._cache
+        self._max_age, self._cache = max_age, self._new_cache(max_age)
+        for key, sample in old.items():
+            if now - sample.timestamp < max_age:
+                self._cache[key] = sample
+        self.rebuild()
+
+    def store_round(self, results: Iterable[SignalValues]) -> Snapshot:
+        """A refresh round's successful queries, each replacing its signal's values (absent
+        series are gone); returns the snapshot of them, for the caller to publish together
+        with its decision table."""
+        with self._lock:
+            for result in results:
+                self._store(result)
+            return self._build()
+
+    def _store(self, result: SignalValues) -> None:
+        signal, timestamp = result.signal, result.timestamp
+        self._cache.expire()
+        for key in [k for k in self._cache if k[0] == signal]:
+            del self._cache[key]
+        means, stddevs = result.means, result.stddevs
+        for identity, value in result.values.items():
+            self._cache[(signal, identity)] = Sample(value, timestamp, means.get(identity), stddevs.get(identity))
+        self._last_success[signal] = timestamp
+
+    def forget_signals_except(self, signals: set[str]) -> None:
+        """Drop signals removed by a config reload."""
+        with self._lock:
+            self._forget_signals_except(signals)
+
+    def _forget_signals_except(self, signals: set[str]) -> None:
+        self._cache.expire()
+        for key in [k for k in self._cache if k[0] not in signals]:
+            del self._cache[key]
+        for name in [s for s in self._last_success if s not in signals]:
+            del self._last_success[name]
+
+    def rebuild(self) -> None:
+        """Publish a new snapshot of the unexpired values (after a config change)."""
+        with self._lock:
+            self.publish(self._build())
+
+    def publish(self, snapshot: Snapshot) -> None:
+        """The one way a snapshot becomes the one requests read."""
+        self._snapshot = snapshot
+
+    def _build(self) -> Snapshot:
+        self._cache.expire()
+        by_identity: dict[str, dict[str, Sample]] = {}
+        counts: dict[str, int] = {}
+        for (signal, identity), sample in self._cache.items():
+            by_identity.setdefault(identity, {})[signal] = sample
+            counts[signal] = counts.get(signal, 0) + 1
+        return Snapshot(
+            by_identity=by_identity,
+            last_success=dict(self._last_success),
+            version=next(self._versions),
+            series_counts=counts,
+        )
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot

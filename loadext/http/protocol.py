@@ -1,0 +1,322 @@
+"""The kube-scheduler extender wire protocol (k8s.io/kube-scheduler/extender/v1), both ways.
+
+The scheduler's types carry no json tags, so keys are Go field names; Go's decoder matches them
+case-insensitively, and so do we (old schedulers sent lower-case keys). Replies always use the
+exact Go names, carry every field, and use Python ints for scores: a float voids the reply.
+Pod and Node objects keep their own lowerCamel keys and are passed through untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import msgspec
+import orjson
+
+from loadext.core.extender import FilterResult, PreemptResult, PrioritizeResult
+from loadext.core.requests import BindingArgs, ExtenderArgs, PodRef, PreemptionArgs, Quantities, Victims
+
+
+class ProtocolError(ValueError):
+    """The body is not valid JSON or not the shape the verb expects; becomes HTTP 400."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderRequest:
+    """A decoded filter or prioritize body: the arguments loadext decides on and, in non-cache
+    mode, each Node object as the raw bytes it arrived in (aligned with `args.names`), so that
+    passing nodes go back byte for byte."""
+
+    args: ExtenderArgs
+    full_nodes: list[msgspec.Raw] | None = None
+
+
+# --- decoding ----------------------------------------------------------------------------------
+#
+# msgspec reads the top level as raw spans and decodes only the fields loadext needs from each,
+# skipping the rest of every Pod and Node in C. Extender-level keys are matched the Go way
+# (exact first, then case-insensitively); keys inside Pod and Node objects are lowerCamel.
+
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class _OwnerReference(msgspec.Struct):
+    kind: str = ""
+
+
+class _ObjectMeta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    ownerReferences: list[_OwnerReference] | None = None
+
+
+class _Resources(msgspec.Struct):
+    requests: Quantities | None = None
+    limits: Quantities | None = None
+
+
+class _Container(msgspec.Struct):
+    resources: _Resources | None = None
+
+
+class _PodSpec(msgspec.Struct):
+    containers: list[_Container] | None = None
+    initContainers: list[_Container] | None = None
+    overhead: Quantities | None = None
+
+
+class _Pod(msgspec.Struct):
+    metadata: _ObjectMeta | None = None
+    spec: _PodSpec | None = None
+
+
+def _requirements(containers: list[_Container] | None) -> tuple[tuple[Quantities, Quantities], ...]:
+    out = []
+    for container in containers or ():
+        resources = container.resources or _Resources()
+        out.append((resources.requests or {}, resources.limits or {}))
+    return tuple(out)
+
+
+class _NodeAddress(msgspec.Struct):
+    type: str = ""
+    address: str = ""
+
+
+class _NodeStatus(msgspec.Struct):
+    addresses: list[_NodeAddress] | None = None
+    allocatable: Quantities | None = None
+
+
+class _NodeName(msgspec.Struct):
+    name: NonEmpty
+    labels: dict[str, str] | None = None
+
+
+class _Node(msgspec.Struct):
+    metadata: _NodeName
+    status: _NodeStatus | None = None
+
+
+class _NodeList(msgspec.Struct):
+    items: list[msgspec.Raw] | None = None
+
+
+_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_POD = msgspec.json.Decoder(_Pod | None)
+_NAMES = msgspec.json.Decoder(list[NonEmpty] | None)
+_NODE_LIST = msgspec.json.Decoder(_NodeList | None)
+_NODE = msgspec.json.Decoder(_Node)
+_MISSING = msgspec.Raw(b"null")
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw | bytes, where: str) -> Any:
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        message, _, path = str(exc).partition(" - at `$")
+        raise ProtocolError(f"{where}{path.rstrip('`')}: {message}") from exc
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"{where}: malformed JSON: {_decode_reason(exc)}") from exc
+
+
+def _top(body: bytes) -> dict[str, msgspec.Raw]:
+    if not body.strip():
+        raise ProtocolError("empty body: expected a JSON object")
+    # msgspec checks UTF-8 only in the strings it decodes; Node objects are echoed as raw spans,
+    # so an invalid byte there would reach the reply (found by atheris). isascii() is a fast path.
+    if not body.isascii():
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"body is not valid UTF-8 (byte {exc.start})") from exc
+    try:
+        top: dict[str, msgspec.Raw] = _TOP.decode(body)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"body: expected a JSON object ({exc})") from exc
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"malformed JSON: {_decode_reason(exc)}") from exc
+    return top
+
+
+def _decode_reason(exc: msgspec.DecodeError) -> str:
+    """msgspec says "JSON is malformed: invalid character (byte 1)": keep the part after it."""
+    return str(exc).removeprefix("JSON is malformed: ") or "not JSON"
+
+
+def field_raw(obj: Mapping[str, msgspec.Raw], name: str) -> msgspec.Raw:
+    """Go's rule: the exact key wins, otherwise a case-insensitive match; absent reads as null."""
+    if name in obj:
+        return obj[name]
+    lowered = name.lower()
+    for key, value in obj.items():
+        if key.lower() == lowered:
+            return value
+    return _MISSING
+
+
+def _pod(raw: msgspec.Raw) -> PodRef | None:
+    pod = _decode(_POD, raw, "Pod")
+    if pod is None:
+        return None
+    meta = pod.metadata or _ObjectMeta()
+    spec = pod.spec or _PodSpec()
+    return PodRef(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        owner_kinds=tuple(ref.kind for ref in meta.ownerReferences or ()),
+        containers=_requirements(spec.containers),
+        init_containers=_requirements(spec.initContainers),
+        overhead=spec.overhead or {},
+    )
+
+
+def _addresses(status: _NodeStatus | None) -> tuple[str, ...]:
+    """InternalIPs first (the address node-exporter is scraped on), then ExternalIPs."""
+    found = status.addresses if status is not None and status.addresses else []
+    internal = [a.address for a in found if a.type == "InternalIP" and a.address]
+    external = [a.address for a in found if a.type == "ExternalIP" and a.address]
+    return tuple(internal + external)
+
+
+_NAME_PREFIX = b'{"metadata":{"name":"'
+
+
+def _leading_name(raw: msgspec.Raw) -> str | None:
+    """Go's encoder writes `metadata` first and `name` first within it, so a Node's name is
+    read from its first bytes without parsing the other ~7 KB; anything else takes the slow path."""
+    head = memoryview(raw)[:320].tobytes()
+    start = len(_NAME_PREFIX)
+    end = head.find(b'"', start)
+    if not head.startswith(_NAME_PREFIX) or end <= start or b"\\" in head[start:end]:
+        return None
+    return head[start:end].decode()
+
+
+def decode_extender_args(body: bytes, node_details: bool = False) -> ExtenderRequest:
+    """`node_details`: also read each full Node's IPs, labels and allocatable (address
+    identities, pools and the herd guard need them); otherwise only names are read."""
+    top = _top(body)
+    pod = _pod(field_raw(top, "Pod"))
+    listed: list[str] | None = _decode(_NAMES, field_raw(top, "NodeNames"), "NodeNames")
+    if listed is not None:
+        if len(set(listed)) != len(listed):
+            listed = list(dict.fromkeys(listed))  # a repeated node would be answered twice
+        return ExtenderRequest(ExtenderArgs(pod, listed))
+    node_list = _decode(_NODE_LIST, field_raw(top, "Nodes"), "Nodes")
+    if node_list is None or node_list.items is None:
+        return ExtenderRequest(ExtenderArgs(pod, []), None if node_list is None else [])
+    names: list[str] = []
+    raws, addresses, labels, allocatable, seen = [], {}, {}, {}, set()
+    for i, raw in enumerate(node_list.items):
+        name = None if node_details else _leading_name(raw)
+        if name is None:
+            node = _decode(_NODE, raw, f"Nodes.items[{i}]")
+            name = node.metadata.name
+            if node_details:
+                addresses[name] = _addresses(node.status)
+                labels[name] = node.metadata.labels or {}
+                allocatable[name] = (node.status.allocatable if node.status else None) or {}
+        if name in seen:
+            continue
+        seen.add(name)
+        names.append(name)
+        raws.append(raw)
+    return ExtenderRequest(ExtenderArgs(pod, names, addresses, labels, allocatable), raws)
+
+
+class _MetaPod(msgspec.Struct):
+    UID: NonEmpty
+
+
+class _PodUID(msgspec.Struct):
+    uid: NonEmpty
+
+
+class _FullPod(msgspec.Struct):
+    metadata: _PodUID
+
+
+_META_VICTIMS = msgspec.json.Decoder(dict[str, dict[str, msgspec.Raw]] | None)
+_META_POD_LIST = msgspec.json.Decoder(list[_MetaPod] | None)
+_FULL_POD_LIST = msgspec.json.Decoder(list[_FullPod] | None)
+_INT = msgspec.json.Decoder(int | None)
+
+
+def decode_preemption_args(body: bytes) -> PreemptionArgs:
+    """Victims come as UIDs (cache mode) or as full Pods; either way loadext keeps UIDs."""
+    top = _top(body)
+    pod = _pod(field_raw(top, "Pod"))
+    key, full_pods = "NodeNameToMetaVictims", False
+    nodes = _decode(_META_VICTIMS, field_raw(top, key), key)
+    if nodes is None:
+        key, full_pods = "NodeNameToVictims", True
+        nodes = _decode(_META_VICTIMS, field_raw(top, key), key)
+    victims: dict[str, Victims] = {}
+    for node, entry in (nodes or {}).items():
+        where = f"{key}[{node!r}]"
+        if full_pods:
+            pods = _decode(_FULL_POD_LIST, field_raw(entry, "Pods"), f"{where}.Pods") or []
+            uids = tuple(p.metadata.uid for p in pods)
+        else:
+            pods = _decode(_META_POD_LIST, field_raw(entry, "Pods"), f"{where}.Pods") or []
+            uids = tuple(p.UID for p in pods)
+        violations = _decode(_INT, field_raw(entry, "NumPDBViolations"), f"{where}.NumPDBViolations")
+        victims[node] = Victims(uids, violations or 0)
+    return PreemptionArgs(pod, victims)
+
+
+_NAME = msgspec.json.Decoder(NonEmpty)
+
+
+def decode_binding_args(body: bytes) -> BindingArgs:
+    top = _top(body)
+
+    def name(key: str) -> str:
+        value: str = _decode(_NAME, field_raw(top, key), key)
+        return value
+
+    return BindingArgs(
+        pod_name=name("PodName"), pod_namespace=name("PodNamespace"), pod_uid=name("PodUID"), node=name("Node")
+    )
+
+
+# --- encoding ----------------------------------------------------------------------------------
+
+
+def encode_filter_result(result: FilterResult, full_nodes: list[msgspec.Raw] | None) -> bytes:
+    """In non-cache mode only `Nodes` counts, so the passing Node objects go back exactly as
+    they came (the request's raw spans, no copy per node)."""
+    failed, unresolvable = ({}, result.rejected) if result.unresolvable else (result.rejected, {})
+    tail = orjson.dumps({"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": ""})
+    if full_nodes is not None:
+        items = b",".join([full_nodes[i] for i in result.passed])
+        return b"".join((b'{"Nodes":{"metadata":{},"items":[', items, b']},"NodeNames":null,', tail[1:]))
+    names = orjson.dumps([result.names[i] for i in result.passed])
+    return b'{"Nodes":null,"NodeNames":' + names + b"," + tail[1:]
+
+
+def encode_host_priority_list(result: PrioritizeResult) -> bytes:
+    """Scores are ints in 0..10 already (policy.clamp_score): a float would void the reply."""
+    return orjson.dumps(
+        [{"Host": host, "Score": score} for host, score in zip(result.names, result.scores, strict=True)]
+    )
+
+
+def encode_preemption_result(result: PreemptResult) -> bytes:
+    return orjson.dumps(
+        {
+            "NodeNameToMetaVictims": {
+                node: {"Pods": [{"UID": uid} for uid in v.uids], "NumPDBViolations": v.num_pdb_violations}
+                for node, v in result.kept.items()
+            }
+        }
+    )
+
+
+def encode_binding_result(error: str = "") -> bytes:
+    return orjson.dumps({"Error": error})

@@ -1,0 +1,144 @@
+"""Kubernetes list/watches that feed the extender: Nodes (the directory: addresses, labels,
+allocatable), bound Pods (the herd guard's in-flight set) and the config ConfigMap (reloads).
+
+Each ListWatch runs in its own thread (the kubernetes client blocks); every change is handed to
+the event loop with call_soon_threadsafe, because the directory, the in-flight set and the
+reloader are owned by the loop thread and not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loadext.core.extender import Extender
+from loadext.core.herd import allocatable
+from loadext.core.nodes import NodeDirectory
+from loadext.sources import kube
+from loadext.sources.reload import ConfigReloader
+
+log = logging.getLogger(__name__)
+
+Health = Callable[[bool], None]  # told True while the watch is current, False while it retries
+
+
+@dataclass(frozen=True)
+class ConfigMapRef:
+    namespace: str
+    name: str
+    key: str = "config.yaml"
+
+
+def ingest_node_list(directory: NodeDirectory, nodes: list[Any]) -> None:
+    """A full Node list replaces what the directory knew from the API."""
+    directory.replace_all(
+        {node.metadata.name: kube.node_addresses(node) for node in nodes},
+        {node.metadata.name: node.metadata.labels or {} for node in nodes},
+    )
+    for node in nodes:
+        directory.set_allocatable(node.metadata.name, allocatable(kube.node_allocatable(node)))
+
+
+def ingest_node(directory: NodeDirectory, node: Any) -> None:
+    directory.upsert(node.metadata.name, kube.node_addresses(node), node.metadata.labels or {})
+    directory.set_allocatable(node.metadata.name, allocatable(kube.node_allocatable(node)))
+
+
+def watch_nodes(api: Any, directory: NodeDirectory, health: Health) -> kube.ListWatch:
+    loop = asyncio.get_running_loop()
+
+    def on_list(nodes: list[Any]) -> None:
+        loop.call_soon_threadsafe(ingest_node_list, directory, nodes)
+
+    def on_event(kind: str, node: Any) -> None:
+        if kind == "DELETED":
+            loop.call_soon_threadsafe(directory.delete, node.metadata.name)
+        else:
+            loop.call_soon_threadsafe(ingest_node, directory, node)
+
+    return kube.ListWatch(api.list_node, on_list, on_event, health).start()
+
+
+async def supervise_pod_watch(api: Any, extender: Extender, health: Health) -> None:
+    """Watch bound pods while the herd guard is enabled, so a ConfigMap edit can turn it on or
+    off without a restart; stop watching (and forget) when it is off."""
+    watch: kube.ListWatch | None = None
+    try:
+        while True:
+            enabled = extender.config.herd_guard.enabled
+            if enabled and watch is None:
+                watch = _watch_pods(api, extender, health)
+            elif not enabled and watch is not None:
+                watch.stop.set()
+                watch = None
+                extender.inflight.replace_all({}, extender.clock())
+            await asyncio.sleep(1.0)
+    finally:
+        if watch is not None:
+            watch.stop.set()
+
+
+def _watch_pods(api: Any, extender: Extender, health: Health) -> kube.ListWatch:
+    """Bound pods feed the herd guard's in-flight accounting."""
+    loop = asyncio.get_running_loop()
+
+    def on_list(pods: list[Any]) -> None:
+        bound = [b for b in (kube.bound_pod(p) for p in pods) if b is not None]
+        loop.call_soon_threadsafe(extender.replace_bound_pods, bound)
+
+    def on_event(kind: str, pod: Any) -> None:
+        bound = kube.bound_pod(pod)
+        if bound is None:
+            return
+        if kind == "DELETED":
+            loop.call_soon_threadsafe(extender.inflight.remove, bound.uid)
+        else:
+            loop.call_soon_threadsafe(extender.record_bound_pod, bound)
+
+    return kube.ListWatch(
+        api.list_pod_for_all_namespaces, on_list, on_event, health, field_selector="spec.nodeName!="
+    ).start()
+
+
+def watch_configmap(api: Any, ref: ConfigMapRef, reloader: ConfigReloader, health: Health) -> kube.ListWatch:
+    """Reload from the ConfigMap object; a rejected version is also written as an Event on it."""
+    loop = asyncio.get_running_loop()
+    source = f"configmap {ref.namespace}/{ref.name}"
+    latest: list[Any] = []
+
+    def offer(configmap: Any) -> None:
+        latest[:] = [configmap]
+        text = (configmap.data or {}).get(ref.key)
+        if text is None:
+            reloader.reject(f"{source} has no key {ref.key!r}")
+        else:
+            reloader.offer(text, f"{source} key {ref.key}")
+
+    def record_event(message: str) -> None:
+        if latest:
+            loop.run_in_executor(None, kube.configmap_event, api, latest[0], "InvalidConfig", message)
+
+    def on_list(items: list[Any]) -> None:
+        if items:
+            loop.call_soon_threadsafe(offer, items[0])
+        else:
+            loop.call_soon_threadsafe(reloader.reject, f"{source} not found")
+
+    def on_event(kind: str, configmap: Any) -> None:
+        if kind == "DELETED":
+            loop.call_soon_threadsafe(reloader.reject, f"{source} was deleted")
+        elif kind in ("ADDED", "MODIFIED"):
+            loop.call_soon_threadsafe(offer, configmap)
+
+    reloader.on_rejected = record_event
+    return kube.ListWatch(
+        api.list_namespaced_config_map,
+        on_list,
+        on_event,
+        health,
+        namespace=ref.namespace,
+        field_selector=f"metadata.name={ref.name}",
+    ).start()

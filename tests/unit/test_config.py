@@ -1,0 +1,125 @@
+"""Config validation: every error names the field and its line; presets merge with overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadext.config import ConfigError, parse_config, parse_duration
+from loadext.config.presets import PRESETS
+
+BASE = 'prometheus: {url: "http://prometheus:9090"}\n'
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text)
+    return [str(e) for e in info.value.errors]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("15s", 15), ("1m30s", 90), ("250ms", 0.25), ("1h", 3600), ("1.5s", 1.5), ("2m0s", 120)],
+)
+def test_durations_as_kubernetes_writes_them(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["15", "15 s", "s", "1d", "-5s", "", "1m30"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_minimal_config_with_preset() -> None:
+    config = parse_config(BASE + "preset: kube-prometheus-stack\n")
+    assert [s.name for s in config.signals] == ["cpu", "memory"]
+    assert config.node_identity.label == "node" and config.node_identity.kind == "name"
+    assert config.signals[0].threshold == 0.85 and config.refresh_interval == 15
+    assert config.failure_policy == "open" and config.missing_data == "pass"
+
+
+def test_preset_identity_and_overrides() -> None:
+    config = parse_config(
+        BASE
+        + """
+preset: node-exporter-by-ip
+signals:
+  - {name: cpu, threshold: 0.7}
+  - {name: memory, threshold: null, weight: 2}
+  - {name: pressure, query: 'rate(node_pressure_cpu_waiting_seconds_total[5m])', threshold: 0.5}
+"""
+    )
+    signals = {s.name: s for s in config.signals}
+    assert config.node_identity.kind == "address" and config.node_identity.label == "instance"
+    assert signals["cpu"].threshold == 0.7
+    assert signals["cpu"].query == PRESETS["node-exporter-by-ip"].queries["cpu"]
+    assert signals["memory"].threshold is None and signals["memory"].weight == 2
+    assert signals["pressure"].weight == 1
+
+
+def test_every_error_names_field_and_line() -> None:
+    errors = errors_of("""prometheus:
+  url: "ftp://nowhere"
+  timeout: 2
+refreshInterval: 10s
+maxDataAge: 5s
+signals:
+  - name: cpu
+    query: up
+    treshold: 0.8
+  - name: memory
+    query: up
+    threshold: 1.5
+missingData: maybe
+scoring: {strategy: mostFree}
+""")
+    assert errors == [
+        "line 2: prometheus.url: must be an http:// or https:// URL, got 'ftp://nowhere'",
+        "line 3: prometheus.timeout: must be a duration string such as 15s or 1m30s",
+        "line 5: maxDataAge: must be at least refreshInterval (10s), or data expires before the "
+        "next refresh can renew it",
+        "line 9: signals[cpu].treshold: unknown key; did you mean 'threshold'? (known keys here: hard, name, query, "
+        "threshold, weight)",
+        "line 12: signals[memory].threshold: must be a ratio in (0, 1], got 1.5: for 1.5% write 0.015",
+        "line 14: scoring.strategy: must be one of leastLoaded, targetUtilization, riskAware; got 'mostFree'",
+        "line 13: missingData: must be one of pass, reject; got 'maybe'",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("signals: []\n", "prometheus.url: is required"),
+        (BASE, "signals: no signals: give a preset or at least one signal"),
+        (BASE + "preset: kube-prom\n", "preset: must be one of kube-prometheus-stack"),
+        (BASE + "signals:\n  - {name: cpu}\n", "signals[cpu].query: is required"),
+        (
+            BASE + "signals:\n  - {name: cpu, threshold: 85}\n",
+            "signals[cpu].threshold: must be a ratio in (0, 1], got 85: for 85% write 0.85",
+        ),
+        (
+            BASE + "signals:\n  - {name: cpu, threshold: 85%}\n",
+            "signals[cpu].threshold: must be a number, got '85%': write 0.85, a ratio",
+        ),
+        (BASE + "refreshIntervall: 15s\n", "refreshIntervall: unknown key; did you mean 'refreshInterval'?"),
+        ("", "<document>: the file is empty: it needs at least prometheus.url, and a preset or signals"),
+        ("# only a comment\n", "<document>: the document holds no settings (only comments?)"),
+        (BASE + "signals:\n  - {name: CPU, query: up}\n", "signals[0].name: must match"),
+        (BASE + "signals:\n  - {name: x, query: up, threshold: null, weight: 0}\n", "would do nothing"),
+        (BASE + "signals:\n  - {name: x, query: up}\n  - {name: x, query: up}\n", "listed twice"),
+        (BASE + "signals: {cpu: up}\n", "signals: must be a list"),
+        (BASE + "failurePolicy: open\nfailurePolicy: closed\n", "duplicate key 'failurePolicy'"),
+        ("prometheus: [\n", "invalid YAML"),
+        ("- 1\n", "<document>: must be a mapping"),
+        (BASE + "preset: kube-prometheus\nextra: 1\n", "line 3: extra: unknown key"),
+    ],
+)
+def test_rejected_documents(text: str, expected: str) -> None:
+    assert any(expected in error for error in errors_of(text)), errors_of(text)
+
+
+def test_hash_tracks_effective_config_not_formatting() -> None:
+    a = parse_config(BASE + "preset: kube-prometheus\n")
+    b = parse_config("# a comment\n" + BASE + "preset: kube-prometheus\nrefreshInterval: 15s\n")
+    c = parse_config(BASE + "preset: kube-prometheus\nrefreshInterval: 10s\n")
+    assert a.hash == b.hash != c.hash

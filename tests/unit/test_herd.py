@@ -1,0 +1,167 @@
+"""The herd guard: estimates, the in-flight window, the incoming pod, restarts and deletions."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pytest
+from kubernetes import client
+
+from harness.inprocess import client_for, post, stored_app
+from harness.wire import fixture_bytes
+from loadext.app import App
+from loadext.core.herd import EstimateRule, InFlight, Placement, Usage, container_estimate, pod_estimate
+from loadext.sources.kube import bound_pod
+
+GiB = 1024**3
+RULE = EstimateRule()
+
+
+@pytest.mark.parametrize(
+    ("requests", "limits", "expected"),
+    [
+        ({"cpu": "500m", "memory": "1Gi"}, {"cpu": "2", "memory": "2Gi"}, Usage(1.7, 0.7 * 2 * GiB)),  # limit x factor
+        ({"cpu": "1900m", "memory": "2Gi"}, {"cpu": "2", "memory": "2Gi"}, Usage(1.9, 2 * GiB)),  # request wins
+        ({"cpu": "1"}, {}, Usage(1.0, 200 * 1024 * 1024)),  # no limit: the request; no memory at all: default
+        ({}, {}, Usage(0.25, 200 * 1024 * 1024)),  # BestEffort
+    ],
+)
+def test_container_estimate(requests: dict[str, str], limits: dict[str, str], expected: Usage) -> None:
+    got = container_estimate(requests, limits, RULE)
+    assert got.cpu == pytest.approx(expected.cpu) and got.memory == pytest.approx(expected.memory)
+
+
+def test_pod_estimate_uses_the_effective_request_rule() -> None:
+    containers = [({"cpu": "1"}, {}), ({"cpu": "500m"}, {})]
+    init = [({"cpu": "3"}, {})]  # an init container larger than the app containers together
+    usage = pod_estimate(containers, init, {"cpu": "100m"}, RULE)
+    assert usage.cpu == pytest.approx(3.1)
+
+
+def test_in_flight_window_and_removal() -> None:
+    inflight, now = InFlight(window=60), 1000.0
+    inflight.place("a", Placement("n1", now - 10, Usage(1, 0)), now)
+    inflight.place("b", Placement("n1", now - 20, Usage(2, 0)), now)
+    inflight.place("old", Placement("n1", now - 61, Usage(8, 0)), now)  # metrics show it by now
+    assert inflight.per_node(now) == {"n1": (Usage(3, 0), 2)}
+    inflight.remove("a")
+    assert inflight.per_node(now) == {"n1": (Usage(2, 0), 1)}
+    inflight.expire(now + 45)
+    assert inflight.per_node(now + 45) == {}
+
+
+CONFIG = """
+prometheus: {url: "http://127.0.0.1:1"}
+signals:
+  - {name: cpu, query: c, threshold: 0.8, weight: 1}
+  - {name: memory, query: m, threshold: 0.9, weight: 1}
+herdGuard: {enabled: %s, window: 5m, burstCap: %d}
+"""
+
+
+def guarded_app(enabled: bool, burst_cap: int = 0) -> App:
+    return stored_app(
+        CONFIG % ("true" if enabled else "false", burst_cap),
+        {"ceph1": 0.78, "ceph2": 0.50, "ceph3": 0.50},
+        {"ceph1": 0.30, "ceph2": 0.30, "ceph3": 0.30},
+    )
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+async def test_incoming_pod_pushes_a_node_just_under_threshold_over(aiohttp_client: Any, enabled: bool) -> None:
+    # ceph1 is at 78 % of 31.5 cores; the pod (cpu request 500m, limit 2) is estimated at 1.7 cores: +5.4 %.
+    client_ = await client_for(aiohttp_client, guarded_app(enabled))
+    status, reply = await post(client_, "/filter", fixture_bytes("filter-nodes.json"))
+    assert status == 200
+    refused = reply["FailedAndUnresolvableNodes"]
+    assert refused == ({"ceph1": "loadext: cpu above 80%"} if enabled else {})
+
+
+def v1_pod(uid: str, node: str, scheduled: datetime, cpu_limit: str = "4", phase: str = "Running") -> Any:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=uid, namespace="ns", uid=uid, creation_timestamp=datetime.now(UTC)),
+        spec=client.V1PodSpec(
+            node_name=node,
+            containers=[
+                client.V1Container(
+                    name="app",
+                    resources=client.V1ResourceRequirements(requests={"cpu": "1"}, limits={"cpu": cpu_limit}),
+                )
+            ],
+        ),
+        status=client.V1PodStatus(
+            phase=phase,
+            conditions=[client.V1PodCondition(type="PodScheduled", status="True", last_transition_time=scheduled)],
+        ),
+    )
+
+
+async def test_restart_keeps_placement_times_and_deletion_forgets(aiohttp_client: Any) -> None:
+    scheduled = datetime.fromtimestamp(time.time() - 30, UTC)
+    long_ago = datetime.fromtimestamp(time.time() - 3600, UTC)
+    pods = [bound_pod(v1_pod(f"p{i}", "ceph2", scheduled)) for i in range(3)]
+    pods.append(bound_pod(v1_pod("ancient", "ceph2", long_ago)))
+    for incarnation in range(2):  # the same pod list after a restart: same accounting, nothing re-dated
+        app = guarded_app(True)
+        ext = app.extender
+        ext.replace_bound_pods([p for p in pods if p is not None])
+        per_node = ext.inflight.per_node(time.time())
+        assert per_node["ceph2"][1] == 3, incarnation  # the hour-old pod is visible in the metrics already
+        assert per_node["ceph2"][0].cpu == pytest.approx(3 * 3.4)  # max(1, 4 x 0.85) each
+        placed = {p.placed_at for p in ext.inflight._pods.values()}
+        assert placed == {scheduled.timestamp()}
+    # 10.2 of 31.5 cores in flight: ceph2 at 50 % + 32 % + the incoming 5.4 % is over 80 %.
+    client_ = await client_for(aiohttp_client, app)
+    _, reply = await post(client_, "/filter", fixture_bytes("filter-nodes.json"))
+    assert "ceph2" in reply["FailedAndUnresolvableNodes"]
+    report = orjson.loads(await (await client_.get("/explain")).read())
+    assert {r["node"]: r["inFlight"] for r in report["nodes"]}["ceph2"]["pods"] == 3
+    for i in range(3):  # the pods are deleted: their estimates go with them
+        ext.record_bound_pod(bound_pod(v1_pod(f"p{i}", "ceph2", scheduled, phase="Succeeded")))  # type: ignore[arg-type]
+    _, reply = await post(client_, "/filter", fixture_bytes("filter-nodes.json"))
+    assert "ceph2" not in reply["FailedAndUnresolvableNodes"]
+
+
+async def test_burst_cap(aiohttp_client: Any) -> None:
+    app = guarded_app(True, burst_cap=2)
+    ext = app.extender
+    now = time.time()
+    for i in range(2):
+        ext.record_placement(f"b{i}", "ceph3", now, Usage(0.001, 0))
+    client_ = await client_for(aiohttp_client, app)
+    _, reply = await post(client_, "/filter", fixture_bytes("filter-names.json"))
+    assert reply["FailedAndUnresolvableNodes"] == {"ceph3": "loadext: 2 pods placed here in the last 300s"}
+    metrics = await (await client_.get("/metrics")).text()
+    assert 'loadext_node_rejections_total{cause="burst",signal="placements"} 1.0' in metrics
+
+
+async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aiohttp_client: Any) -> None:
+    """A burst scheduled faster than any pod watch: each pod is counted on the node loadext
+    scored best for it, so the next pods of the burst see it there; a retry of the same pod does
+    not count against itself, and the watch's real binding replaces the guess."""
+    app = guarded_app(True, burst_cap=1)  # one pod per node per window makes the counting visible
+    ext = app.extender
+    client_ = await client_for(aiohttp_client, app)
+    body = orjson.loads(fixture_bytes("prioritize-nodes.json"))
+
+    def favourite(scores: list[dict[str, Any]]) -> str:
+        return str(max(scores, key=lambda s: s["Score"])["Host"])
+
+    async def prioritize(uid: str) -> list[dict[str, Any]]:
+        body["Pod"]["metadata"]["uid"] = uid
+        _, scores = await post(client_, "/prioritize", orjson.dumps(body))
+        return list(scores)
+
+    # ceph1 is too hot for the pod; ceph2 and ceph3 are equal, so without the guess both pods
+    # would go to the first of them.
+    first, second = favourite(await prioritize("burst-0")), favourite(await prioritize("burst-1"))
+    assert sorted([first, second]) == ["ceph2", "ceph3"]
+    retry = await prioritize("burst-0")  # a retry of burst-0: its own guess does not count against it
+    assert {s["Host"]: s["Score"] for s in retry}[first] > 0
+    assert all(s["Score"] == 0 for s in await prioritize("burst-2"))  # both taken for this window
+    ext.record_bound_pod(bound_pod(v1_pod("burst-0", "ceph1", datetime.now(UTC))))  # type: ignore[arg-type]
+    placed = ext.inflight.get("burst-0")
+    assert placed is not None and placed.node == "ceph1"

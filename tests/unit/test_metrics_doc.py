@@ -1,0 +1,61 @@
+"""docs/metrics.md lists exactly the metrics loadext exports, each with its type and labels, so
+the reference cannot drift from the telemetry definitions."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from prometheus_client.metrics import MetricWrapperBase
+
+from loadext.core.policy import NodeState, Verdict
+from loadext.core.snapshot import Sample
+from loadext.sources.prometheus import ERROR_KINDS
+from loadext.telemetry import Telemetry
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+SUFFIX = {"counter": "_total", "info": "_info"}
+
+
+def documented() -> dict[str, tuple[str, frozenset[str]]]:
+    """name -> (type, labels) from the table rows: | `name{a,b}`[, `other{c}`] | type | meaning |"""
+    found = {}
+    for row in DOC.read_text().splitlines():
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`loadext_"):
+            continue
+        for name, labels in re.findall(r"`(loadext_\w+)(?:\{([\w,]*)\})?`", cells[0]):
+            found[name] = (cells[1], frozenset(filter(None, labels.split(","))))
+    return found
+
+
+def exported() -> dict[str, tuple[str, frozenset[str]]]:
+    telemetry = Telemetry()
+    found = {}
+    for metric in vars(telemetry).values():
+        if isinstance(metric, MetricWrapperBase):
+            kind = metric._type
+            name = metric._name + SUFFIX.get(kind, "")
+            found[name] = ("gauge" if kind == "info" else kind, frozenset(metric._labelnames))
+    build = next(f for f in telemetry.registry.collect() if f.name == "loadext_build")
+    found["loadext_build_info"] = ("gauge", frozenset(build.samples[0].labels))
+    state = NodeState("n1", "n1", {"cpu": Sample(0.5, time.time())}, Verdict(True, 5, ""))
+    telemetry.export_nodes(lambda: [state])
+    for family in telemetry.registry.collect():
+        if family.name.startswith("loadext_node_") and family.samples and family.name not in found:
+            found[family.name] = (family.type, frozenset(family.samples[0].labels))
+    return found
+
+
+def test_metrics_reference_matches_the_telemetry_definitions() -> None:
+    doc, code = documented(), exported()
+    assert sorted(set(code) - set(doc)) == [], "exported but not in docs/metrics.md"
+    assert sorted(set(doc) - set(code)) == [], "in docs/metrics.md but not exported"
+    mismatched = {name: (doc[name], code[name]) for name in code if doc[name] != code[name]}
+    assert mismatched == {}, "type or labels differ (docs, code)"
+
+
+def test_every_prometheus_error_kind_is_documented() -> None:
+    row = next(line for line in DOC.read_text().splitlines() if "`loadext_prometheus_query_errors_total" in line)
+    assert sorted(kind for kind in ERROR_KINDS if f"`{kind}`" not in row) == []

@@ -1,0 +1,82 @@
+"""Soft mode: loadext never makes placement impossible only because of its own estimates, and,
+with filterMode soft, not because the whole cluster is hot either: when it would refuse every
+candidate, it passes the least loaded, says so in a metric, and prioritize ranks them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from harness.inprocess import client_for, post, stored_app
+from harness.wire import fixture_bytes
+from loadext.app import App
+from loadext.http.protocol import decode_extender_args
+
+GUARD = """
+prometheus: {url: "http://127.0.0.1:1"}
+signals:
+  - {name: cpu, query: c, threshold: 0.8, weight: 1}
+  - {name: memory, query: m, threshold: 0.9, weight: 1}
+herdGuard: {enabled: true, window: 5m, burstCap: 1%s}
+"""
+HOT = """
+prometheus: {url: "http://127.0.0.1:1"}
+signals:
+  - {name: cpu, query: c, threshold: 0.8, weight: 1%s}
+  - {name: memory, query: m, threshold: 0.9, weight: 1}
+filterMode: soft
+"""
+MEMORY = {"ceph1": 0.3, "ceph2": 0.3, "ceph3": 0.3}
+
+
+async def filter_names(aiohttp_client: Any, app: App) -> tuple[dict[str, Any], str]:
+    client = await client_for(aiohttp_client, app)
+    status, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))
+    assert status == 200
+    metrics = await (await client.get("/metrics")).text()
+    return reply, metrics
+
+
+def one_pod_placed_on_every_node(app: App) -> None:
+    extender = app.extender
+    pod = decode_extender_args(fixture_bytes("filter-names.json")).args.pod
+    assert pod is not None
+    for node in ("ceph1", "ceph2", "ceph3"):
+        extender.record_placement(f"recent-{node}", node, time.time(), extender.estimate(pod))
+
+
+async def test_a_burst_cap_on_every_node_does_not_strand_the_pod(aiohttp_client: Any) -> None:
+    ext = stored_app(GUARD % "", {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
+    one_pod_placed_on_every_node(ext)
+    reply, metrics = await filter_names(aiohttp_client, ext)
+    assert sorted(reply["NodeNames"]) == ["ceph1", "ceph2", "ceph3"]  # all under their thresholds
+    assert reply["FailedAndUnresolvableNodes"] == {}
+    assert 'loadext_filter_soft_passes_total{reason="herd"} 1.0' in metrics
+
+
+async def test_herd_soft_off_lets_pods_wait(aiohttp_client: Any) -> None:
+    ext = stored_app(GUARD % ", soft: false", {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
+    one_pod_placed_on_every_node(ext)
+    reply, metrics = await filter_names(aiohttp_client, ext)
+    assert reply["NodeNames"] == [] and len(reply["FailedAndUnresolvableNodes"]) == 3
+    assert "loadext_filter_soft_passes_total{" not in metrics
+
+
+async def test_an_all_hot_cluster_schedules_onto_the_least_hot_node(aiohttp_client: Any) -> None:
+    ext = stored_app(HOT % "", {"ceph1": 0.95, "ceph2": 0.85, "ceph3": 0.97}, MEMORY)
+    reply, metrics = await filter_names(aiohttp_client, ext)
+    assert reply["NodeNames"] == ["ceph2"]
+    assert set(reply["FailedAndUnresolvableNodes"]) == {"ceph1", "ceph3"}
+    assert 'loadext_filter_soft_passes_total{reason="threshold"} 1.0' in metrics
+
+
+async def test_a_hard_signal_still_refuses_in_soft_mode(aiohttp_client: Any) -> None:
+    ext = stored_app(HOT % ", hard: true", {"ceph1": 0.95, "ceph2": 0.85, "ceph3": 0.97}, MEMORY)
+    reply, _ = await filter_names(aiohttp_client, ext)
+    assert reply["NodeNames"] == [] and len(reply["FailedAndUnresolvableNodes"]) == 3
+
+
+async def test_soft_mode_changes_nothing_while_some_node_passes(aiohttp_client: Any) -> None:
+    ext = stored_app(HOT % "", {"ceph1": 0.95, "ceph2": 0.5, "ceph3": 0.97}, MEMORY)
+    reply, metrics = await filter_names(aiohttp_client, ext)
+    assert reply["NodeNames"] == ["ceph2"] and "loadext_filter_soft_passes_total{" not in metrics
