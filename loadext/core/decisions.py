@@ -17,7 +17,7 @@ from loadext.core.policy import Verdict
 from loadext.core.snapshot import Snapshot
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     verb: str
     time: float

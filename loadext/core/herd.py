@@ -14,8 +14,10 @@ container) plus overhead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
+
+from cachetools import LRUCache
 
 from loadext.config import Config, Pool
 from loadext.config.units import quantity
@@ -173,6 +175,9 @@ class Candidate:
     pool: Pool | None
 
 
+NO_PLACEMENTS: tuple[Usage, int] = (Usage(), 0)
+
+
 def corrected(
     candidates: Iterable[Candidate],
     in_flight: Mapping[str, tuple[Usage, int]],
@@ -183,23 +188,61 @@ def corrected(
     own: Placement | None = None,
 ) -> list[Verdict]:
     """Each candidate re-judged with the estimates of the pods placed on it within the window,
-    plus the incoming pod's own, as ratios of the node's allocatable; a node at burstCap
-    placements is refused outright. `own` is the incoming pod's expected placement from an
-    earlier attempt: it is the pod being judged, so it must not count against its node twice."""
-    burst_cap, window = config.herd_guard.burst_cap, config.herd_guard.window
-    out: list[Verdict] = []
-    for candidate in candidates:
-        usage, placements = in_flight.get(candidate.name, (Usage(), 0))
-        if own is not None and candidate.name == own.node and placements:
-            usage, placements = usage - own.usage, placements - 1
-        if burst_cap and placements >= burst_cap:
-            out.append(burst_verdict(placements, window))
-            continue
-        node_capacity = capacity(candidate.name)
-        extra = usage + incoming
-        if not node_capacity or not candidate.samples or (extra.cpu == 0 and extra.memory == 0):
-            out.append(candidate.measured)  # nothing to add, or nothing to add it to
-            continue
-        ratios = {r: extra.get(r) / node_capacity[r] for r in RESOURCES if node_capacity.get(r)}
-        out.append(judge(with_extra_load(candidate.samples, ratios), config, now, candidate.pool))
-    return out
+    plus the incoming pod's own (see corrected_one)."""
+    return [
+        corrected_one(c, in_flight.get(c.name, NO_PLACEMENTS), incoming, capacity, config, now, own) for c in candidates
+    ]
+
+
+def corrected_one(
+    candidate: Candidate,
+    placed: tuple[Usage, int],
+    incoming: Usage,
+    capacity: Callable[[str], Mapping[str, float] | None],
+    config: Config,
+    now: float,
+    own: Placement | None = None,
+) -> Verdict:
+    """A node re-judged with `placed` (the summed estimate and count of the pods placed on it
+    within the window) plus the incoming pod's estimate, as ratios of its allocatable; a node at
+    burstCap placements is refused outright. `own` is the incoming pod's expected placement
+    from an earlier attempt: it is the pod being judged, so it must not count against its node
+    twice."""
+    usage, placements = placed
+    if own is not None and candidate.name == own.node and placements:
+        usage, placements = usage - own.usage, placements - 1
+    burst_cap = config.herd_guard.burst_cap
+    if burst_cap and placements >= burst_cap:
+        return burst_verdict(placements, config.herd_guard.window)
+    node_capacity = capacity(candidate.name)
+    extra = usage + incoming
+    if not node_capacity or not candidate.samples or (extra.cpu == 0 and extra.memory == 0):
+        return candidate.measured  # nothing to add, or nothing to add it to
+    ratios = {r: extra.get(r) / node_capacity[r] for r in RESOURCES if node_capacity.get(r)}
+    return judge(with_extra_load(candidate.samples, ratios), config, now, candidate.pool)
+
+
+class IncomingVerdicts:
+    """Verdicts with only the incoming pod's estimate added (no placements in flight), kept per
+    decision table, node capacities and pod size.
+
+    A burst is mostly pods of one size (a ReplicaSet's), and those verdicts change only when
+    the table or an allocatable does: so each node is re-judged once per refresh and pod size,
+    not once per call, and a call costs a dict lookup per node. Nodes with placements in flight
+    are looked up by what is in flight there too (Extender._herd_by_name)."""
+
+    def __init__(self, sizes: int = 16) -> None:
+        self._key: tuple[object, int] | None = None
+        self._by_size: LRUCache[Usage, dict[Hashable, Verdict]] = LRUCache(maxsize=sizes)
+
+    def for_size(self, table: object, capacity_version: int, incoming: Usage) -> dict[Hashable, Verdict]:
+        """The memo for this pod size: node name -> verdict with nothing in flight, and
+        (name, usage in flight, placements) -> verdict; the caller fills in what is missing."""
+        key = (table, capacity_version)
+        if self._key is None or self._key[0] is not table or self._key[1] != capacity_version:
+            self._key = key
+            self._by_size.clear()
+        memo = self._by_size.get(incoming)
+        if memo is None:
+            memo = self._by_size[incoming] = {}
+        return memo

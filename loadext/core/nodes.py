@@ -64,6 +64,7 @@ class NodeDirectory:
         self._labels: dict[str, Mapping[str, str]] = {}
         self._allocatable: dict[str, Mapping[str, float]] = {}  # name -> {"cpu": cores, "memory": bytes}
         self.labels_version = 0  # bumps when any node's labels change: pool assignment is stale
+        self.allocatable_version = 0  # bumps when any node's allocatable changes: herd verdicts are stale
 
     def _fold(self) -> None:
         while self._pending:
@@ -104,7 +105,9 @@ class NodeDirectory:
             self.labels_version += 1
 
     def set_allocatable(self, name: str, allocatable: Mapping[str, float]) -> None:
-        self._allocatable[name] = allocatable
+        if self._allocatable.get(name) != allocatable:
+            self._allocatable[name] = allocatable
+            self.allocatable_version += 1
 
     def allocatable(self, name: str) -> Mapping[str, float] | None:
         return self._allocatable.get(name)
@@ -115,7 +118,8 @@ class NodeDirectory:
 
     def delete(self, name: str) -> None:
         self._watched.pop(name, None)
-        self._allocatable.pop(name, None)
+        if self._allocatable.pop(name, None) is not None:
+            self.allocatable_version += 1
         if self._labels.pop(name, None) is not None:
             self.labels_version += 1
         self._forget(name)

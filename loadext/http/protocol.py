@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import getitem
 from typing import Annotated, Any
 
 import msgspec
 import orjson
 
 from loadext.core.extender import FilterResult, PreemptResult, PrioritizeResult
+from loadext.core.policy import MAX_EXTENDER_PRIORITY
 from loadext.core.requests import BindingArgs, ExtenderArgs, PodRef, PreemptionArgs, Quantities, Victims
 
 
@@ -300,11 +302,37 @@ def encode_filter_result(result: FilterResult, full_nodes: list[msgspec.Raw] | N
     return b'{"Nodes":null,"NodeNames":' + names + b"," + tail[1:]
 
 
+class _PriorityFragments:
+    """Each node's `{"Host":...,"Score":N}` for every score 0..10, encoded once by orjson (so
+    escaping is orjson's) and joined per request at C speed: building and encoding a dict per
+    node was most of prioritize's time at 500 names (docs/benchmarks.md). Bounded: past
+    `max_nodes` names (a node churn far beyond any cluster) it starts over."""
+
+    def __init__(self, max_nodes: int = 20_000) -> None:
+        self._by_name: dict[str, tuple[bytes, ...]] = {}
+        self._max_nodes = max_nodes
+
+    def join(self, names: list[str], scores: list[int]) -> bytes:
+        by_name = self._by_name
+        try:
+            parts = list(map(getitem, map(by_name.__getitem__, names), scores))
+        except KeyError:  # a node not seen before: encode its fragments, then join
+            if len(by_name) + len(names) > self._max_nodes:
+                by_name.clear()
+            for name in set(names).difference(by_name):
+                by_name[name] = tuple(orjson.dumps({"Host": name, "Score": score}) for score in _SCORES)
+            parts = list(map(getitem, map(by_name.__getitem__, names), scores))
+        return b"[" + b",".join(parts) + b"]"
+
+
+_SCORES = range(MAX_EXTENDER_PRIORITY + 1)
+_PRIORITY_FRAGMENTS = _PriorityFragments()
+
+
 def encode_host_priority_list(result: PrioritizeResult) -> bytes:
-    """Scores are ints in 0..10 already (policy.clamp_score): a float would void the reply."""
-    return orjson.dumps(
-        [{"Host": host, "Score": score} for host, score in zip(result.names, result.scores, strict=True)]
-    )
+    """Scores are ints in 0..10 already (policy.clamp_score is the only way a score is made):
+    the fragments are indexed by them, and a float would void the reply anyway."""
+    return _PRIORITY_FRAGMENTS.join(result.names, result.scores)
 
 
 def encode_preemption_result(result: PreemptResult) -> bytes:

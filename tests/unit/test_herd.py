@@ -8,12 +8,24 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client
 
 from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.app import App
-from loadext.core.herd import EstimateRule, InFlight, Placement, Usage, container_estimate, pod_estimate
+from loadext.core.herd import (
+    Candidate,
+    EstimateRule,
+    InFlight,
+    Placement,
+    Usage,
+    container_estimate,
+    corrected,
+    pod_estimate,
+)
+from loadext.core.requests import ExtenderArgs, PodRef
 from loadext.sources.kube import bound_pod
 
 GiB = 1024**3
@@ -165,3 +177,56 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
     ext.record_bound_pod(bound_pod(v1_pod("burst-0", "ceph1", datetime.now(UTC))))  # type: ignore[arg-type]
     placed = ext.inflight.get("burst-0")
     assert placed is not None and placed.node == "ceph1"
+
+
+HERD_CONFIG = """
+prometheus: {url: "http://127.0.0.1:1"}
+signals:
+  - {name: cpu, query: c, threshold: 0.8, weight: 1}
+  - {name: memory, query: m, threshold: 0.9, weight: 1}
+herdGuard: {enabled: true, window: 5m, burstCap: 3}
+"""
+
+
+@settings(max_examples=100)
+@given(
+    loads=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=12),
+    placements=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 4000)), max_size=10),
+    requests=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 4000), st.booleans()), min_size=1, max_size=6),
+)
+def test_fast_herd_correction_equals_the_reference(
+    loads: list[tuple[float, float]], placements: list[tuple[int, int]], requests: list[tuple[int, int, bool]]
+) -> None:
+    """Extender.verdicts (memoized per pod size, re-judging only nodes with placements in flight)
+    decides exactly as herd.corrected over every candidate, call after call."""
+    names = [f"n{i}" for i in range(len(loads))]
+    cpu, memory = (dict(zip(names, column, strict=True)) for column in zip(*loads, strict=True))
+    app = stored_app(HERD_CONFIG, cpu, memory)
+    extender = app.extender
+    for name in names[::2]:  # some nodes with allocatable, some without (nothing to add it to)
+        extender.directory.set_allocatable(name, {"cpu": 8.0, "memory": 32.0 * GiB})
+    for i, (node, millicores) in enumerate(placements):
+        if node < len(names):
+            extender.record_placement(f"placed-{i}", names[node], time.time(), Usage(millicores / 1000, 0))
+    for i, (count, millicores, repeat_uid) in enumerate(requests):
+        asked = names[: max(1, count)]
+        uid = "again" if repeat_uid else f"pod-{i}"
+        pod = PodRef("default", uid, uid, (), (({"cpu": f"{millicores}m"}, {}),))
+        args = ExtenderArgs(pod, list(asked))
+        fast = extender.verdicts(asked, args)
+        table, now = extender.table(), extender.clock()
+        candidates = [
+            Candidate(n, table.verdict(n), extender.cache.snapshot.by_identity.get(n), table.pools.get(n))
+            for n in asked
+        ]
+        reference = corrected(
+            candidates,
+            extender.inflight.per_node(now),
+            extender.estimate(pod),
+            extender.directory.allocatable,
+            extender.config,
+            now,
+            extender.inflight.get(uid),
+        )
+        assert fast == reference
+        extender.expect_placement(uid, asked[-1])  # the next call sees one more placement in flight

@@ -7,6 +7,7 @@ the protocol; test_prometheus.py drives the same verbs from a real Prometheus.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import orjson
@@ -167,3 +168,27 @@ async def test_bind_enabled_without_api_client_is_an_error_reply(aiohttp_client:
     client = await client_for(aiohttp_client, stored_app(CONFIG + "bind: {enabled: true}\n"))
     status, reply = await post(client, "/bind", fixture_bytes("bind.json"))
     assert status == 200 and "no Kubernetes API client" in reply["Error"]
+
+
+AWKWARD_NAMES = ['q"uote', "back\\slash", "tab\tand\nnewline", "ünïcødé-节点", "emoji-🚀", "ctl\x01", "plain"]
+
+
+async def test_replies_for_awkward_node_names_equal_a_plain_json_encoder(aiohttp_client: Any) -> None:
+    """Prioritize joins pre-encoded per-node fragments and filter encodes names and reasons:
+    both must escape exactly as a plain JSON encoder does, byte for byte, call after call."""
+    cpu = {name: 0.1 * i for i, name in enumerate(AWKWARD_NAMES)}  # the last ones over 80 %: refused
+    cpu["plain"] = 0.95
+    app = stored_app(STORED_CONFIG, cpu, dict.fromkeys(AWKWARD_NAMES, 0.5))
+    client = await client_for(aiohttp_client, app)
+    body = orjson.dumps({"Pod": None, "Nodes": None, "NodeNames": AWKWARD_NAMES})
+    for _ in range(2):  # the second call joins the fragments the first one encoded
+        response = await client.post("/prioritize", data=body)
+        scores = [app.extender.table().verdict(name).score for name in AWKWARD_NAMES]
+        expected = [{"Host": name, "Score": score} for name, score in zip(AWKWARD_NAMES, scores, strict=True)]
+        assert await response.read() == json.dumps(expected, ensure_ascii=False, separators=(",", ":")).encode()
+    response = await client.post("/filter", data=body)
+    reply = await response.read()
+    assert json.loads(reply)["NodeNames"] == [n for n in AWKWARD_NAMES if n != "plain"]
+    assert json.loads(reply)["FailedAndUnresolvableNodes"] == {"plain": "loadext: cpu above 80%"}
+    expected_names = json.dumps([n for n in AWKWARD_NAMES if n != "plain"], ensure_ascii=False, separators=(",", ":"))
+    assert expected_names.encode() in reply
