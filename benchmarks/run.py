@@ -48,10 +48,16 @@ def node_load(i: int) -> tuple[float, float]:
     return ((i * 37) % 100) / 100, ((i * 53) % 100) / 100
 
 
-def bench_config(prometheus_url: str, selector: str = "") -> str:
+def bench_config(prometheus_url: str, selector: str = "", **overrides: Any) -> str:
     return as_yaml(
         loadext_config(
-            prometheus_url, f"bench_cpu{selector}", f"bench_memory{selector}", refresh="5s", max_age="1h", timeout="2s"
+            prometheus_url,
+            f"bench_cpu{selector}",
+            f"bench_memory{selector}",
+            refresh="5s",
+            max_age="1h",
+            timeout="2s",
+            **overrides,
         )
     )
 

@@ -7,9 +7,12 @@ server in the image listens on loopback.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tarfile
 from pathlib import Path
@@ -74,5 +77,26 @@ class UnpackedImage:
     def run(self, args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.argv(args), capture_output=True, text=True, timeout=60, **kwargs)
 
-    def spawn(self, name: str, args: list[str], binds: dict[Path, str]) -> Process:
-        return Process(name, self.argv(args, binds), self.workdir)
+    def spawn(self, name: str, args: list[str], binds: dict[Path, str]) -> NamespacedProcess:
+        return NamespacedProcess(name, self.argv(args, binds), self.workdir)
+
+
+class NamespacedProcess(Process):
+    """A process run by `unshare --fork`: unshare ignores SIGTERM while it waits for its child,
+    and its --kill-child death signal is cleared when chroot --userspec changes the user, so
+    stopping unshare alone left the image's loadext running after the test. Signal the child
+    (PID 1 of the new namespace, which takes its whole namespace with it) first."""
+
+    def children(self) -> list[int]:
+        try:
+            return [
+                int(pid) for pid in Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            ]
+        except OSError:  # unshare is gone
+            return []
+
+    def stop(self) -> None:
+        for pid in self.children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        super().stop()

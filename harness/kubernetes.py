@@ -75,7 +75,9 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0, proc
 
 
 class ControlPlane:
-    def __init__(self, workdir: Path, bin_dir: Path) -> None:
+    def __init__(self, workdir: Path, bin_dir: Path, disabled_admission: tuple[str, ...] = ("ServiceAccount",)) -> None:
+        self.disabled_admission = disabled_admission
+        self.scheduler_ports: dict[str, int] = {}
         self.workdir = workdir
         self.bin = bin_dir
         self.processes: list[Process] = []
@@ -132,7 +134,7 @@ class ControlPlane:
             f"--service-account-signing-key-file={w / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16",
             # No controller-manager runs, so nobody creates the default ServiceAccounts.
-            "--disable-admission-plugins=ServiceAccount",
+            f"--disable-admission-plugins={','.join(self.disabled_admission)}",
             f"--cert-dir={w / 'apiserver-certs'}",
             "--profiling=false",
             "--v=1",
@@ -218,10 +220,14 @@ class ControlPlane:
 
     # --- schedulers ----------------------------------------------------------------------
 
-    def start_scheduler(self, name: str, scheduler_config: dict[str, Any], kubeconfig: Path) -> Process:
-        """Run kube-scheduler with a KubeSchedulerConfiguration, pointed at this apiserver."""
+    def start_scheduler(self, name: str, scheduler_config: dict[str, Any], kubeconfig: Path, *flags: str) -> Process:
+        """Run kube-scheduler with a KubeSchedulerConfiguration, pointed at this apiserver;
+        `flags` go to its command line; its secure port is kept in `scheduler_ports`."""
         scheduler_config = dict(scheduler_config)
-        scheduler_config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+        scheduler_config["clientConnection"] = {
+            **scheduler_config.get("clientConnection", {}),
+            "kubeconfig": str(kubeconfig),
+        }
         scheduler_config["leaderElection"] = {"leaderElect": False}
         path = self.workdir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(scheduler_config))
@@ -234,6 +240,7 @@ class ControlPlane:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
                 "--v=2",
+                *flags,
             ],
         )
         context = ssl._create_unverified_context()  # its self-signed serving cert; loopback only
@@ -243,6 +250,7 @@ class ControlPlane:
                 return bool(reply.status == 200)
 
         wait_until(healthy, f"{name} /healthz", process=process)
+        self.scheduler_ports[name] = port
         return process
 
     def stop(self) -> None:

@@ -90,8 +90,11 @@ def test_serve_from_the_image_decides_from_prometheus(
             return bool(result["NodeNames"] == ["cool"] and "hot" in result["FailedAndUnresolvableNodes"])
 
         wait_until(decided, "a filter decision from Prometheus data", timeout=30, process=server)
+        inside = server.children()
+        assert inside, "the image's loadext runs as unshare's child"
     finally:
         server.stop()
+    assert [pid for pid in inside if Path(f"/proc/{pid}").exists()] == [], "the image's loadext outlived the test"
 
 
 def test_image_script_names_a_missing_tool(tmp_path: Path) -> None:

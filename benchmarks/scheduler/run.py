@@ -1,0 +1,302 @@
+"""Scheduler throughput on the real kube-scheduler: no extender, the Go reference, loadext.
+
+    python3 benchmarks/scheduler/run.py [--nodes 500 5000] [--pods 2000] [--out FILE]
+
+For each cluster size, one control plane (etcd, kube-apiserver, built from their Go modules by
+tests/e2e/build-k8s.sh; no kubelets) holds that many Ready Node objects with allocatable. For
+each configuration in turn, `--pods` pods are created up front, then a kube-scheduler starts
+with client QPS and burst raised so its API client is not the limit, and binds them. Pods bound
+per second come from the scheduler's own "Successfully bound pod" log timestamps (the first 10 %
+dropped as warm-up), the mean scheduling attempt from its scheduler_scheduling_attempt_duration
+metric. The extender entries differ only in their URL: filter + prioritize, names only
+(nodeCacheCapable), weight 5, as manifests/ ship it. loadext runs with the shipped flags
+(--watch-nodes, herd guard on), fed by a real Prometheus holding a series per node; the Go
+reference (benchmarks/reference/) decides the same values from a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE.parent))
+
+from run import bench_config, node_load  # noqa: E402  (benchmarks/run.py: the same synthetic load)
+
+from harness.exporter import Exporter  # noqa: E402
+from harness.kubernetes import ControlPlane, build_components, wait_until  # noqa: E402
+from harness.loadext import ready, serve_argv  # noqa: E402
+from harness.prometheus import PrometheusServer, free_port, scrape_config  # noqa: E402
+
+NAMESPACE = "bench"
+BOUND = re.compile(r'^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6}).*"Successfully bound pod to node" pod="bench/')
+ATTEMPT = re.compile(
+    r'^scheduler_scheduling_attempt_duration_seconds_(sum|count)\{[^}]*result="scheduled"[^}]*\} (\S+)'
+)
+
+
+def node_name(i: int) -> str:
+    return f"node-{i:05d}"
+
+
+def create_nodes(core: Any, count: int) -> None:
+    """Ready nodes with allocatable, as a kubelet would report them (TaintNodesByCondition is
+    off in this control plane, so no not-ready taint needs lifting)."""
+    resources = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+    now = datetime.now().astimezone().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def make(i: int) -> None:
+        name = node_name(i)
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        core.create_node({"metadata": {"name": name, "labels": labels}})
+        ready_condition = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "benchmark",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        status = {
+            "capacity": resources,
+            "allocatable": resources,
+            "addresses": [{"type": "Hostname", "address": name}],
+            "conditions": [ready_condition],
+        }
+        core.patch_node_status(name, {"status": status})
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(make, range(1, count + 1)))
+
+
+def create_pods(core: Any, count: int) -> None:
+    def make(i: int) -> None:
+        container = {
+            "name": "app",
+            "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m"}},
+        }
+        pod = {
+            "metadata": {"name": f"pod-{i:05d}", "namespace": NAMESPACE},
+            "spec": {"terminationGracePeriodSeconds": 0, "containers": [container]},
+        }
+        core.create_namespaced_pod(NAMESPACE, pod)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(make, range(count)))
+
+
+def delete_pods(core: Any) -> None:
+    core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
+    wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, limit=1).items, "pods deleted", timeout=300)
+
+
+def bound_times(log: Path) -> list[float]:
+    year = datetime.now().year
+    times = []
+    for line in log.read_text(errors="replace").splitlines():
+        match = BOUND.match(line)
+        if match:
+            times.append(datetime.strptime(f"{year}{match.group(1)}", "%Y%m%d %H:%M:%S.%f").timestamp())
+    return sorted(times)
+
+
+def attempt_mean_ms(port: int) -> float | None:
+    context = ssl._create_unverified_context()  # the scheduler's self-signed cert, loopback only
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=5, context=context) as reply:
+        text = reply.read().decode()
+    values = {m.group(1): float(m.group(2)) for line in text.splitlines() if (m := ATTEMPT.match(line))}
+    if not values.get("count"):
+        return None
+    return 1000 * values["sum"] / values["count"]
+
+
+def scheduler_config(extender_url: str | None, qps: int) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"qps": qps, "burst": qps},
+        "profiles": [{"schedulerName": "default-scheduler"}],
+    }
+    if extender_url is not None:
+        config["extenders"] = [
+            {
+                "urlPrefix": extender_url,
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "weight": 5,
+                "nodeCacheCapable": True,
+                "ignorable": True,
+                "httpTimeout": "2s",
+            }
+        ]
+    return config
+
+
+def measure(
+    plane: ControlPlane, core: Any, label: str, extender_url: str | None, args: argparse.Namespace
+) -> dict[str, Any]:
+    create_pods(core, args.pods)
+    name = f"scheduler-{label}"
+    started = time.time()
+    scheduler = plane.start_scheduler(
+        name,
+        scheduler_config(extender_url, args.qps),
+        plane.admin_kubeconfig,
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+    )
+    try:
+        wait_until(
+            lambda: len(bound_times(scheduler.log_path)) >= args.pods,
+            f"{args.pods} pods bound by {name}",
+            timeout=args.timeout,
+            process=scheduler,
+        )
+        times = bound_times(scheduler.log_path)
+        attempt = attempt_mean_ms(plane.scheduler_ports[name])
+    finally:
+        scheduler.stop()
+        plane.processes.remove(scheduler)
+    steady = times[len(times) // 10 :]
+    rate = (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else 0.0
+    delete_pods(core)
+    return {"pods_per_s": rate, "attempt_ms": attempt, "all_bound_s": times[-1] - started}
+
+
+def one_size(
+    nodes: int, args: argparse.Namespace, bin_dir: Path, workdir: Path, prometheus_url: str, reference: Path
+) -> dict[str, Any]:
+    """One control plane with `nodes` Nodes; the three configurations in turn."""
+    plane = ControlPlane(workdir / f"plane-{nodes}", bin_dir, ("ServiceAccount", "TaintNodesByCondition"))
+    (workdir / f"plane-{nodes}").mkdir()
+    plane.start()
+    try:
+        core = client.CoreV1Api(plane.api())
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        print(f"creating {nodes} nodes ...", file=sys.stderr)
+        create_nodes(core, nodes)
+        snapshot = {
+            "nodes": {
+                node_name(i): dict(zip(("cpu", "memory"), node_load(i), strict=True)) for i in range(1, nodes + 1)
+            },
+            "cpuThreshold": 0.8,
+            "memoryThreshold": 0.9,
+            "cpuWeight": 1.0,
+            "memoryWeight": 1.0,
+        }
+        (workdir / "snapshot.json").write_text(json.dumps(snapshot))
+        go_port = free_port()
+        go = plane.spawn(
+            f"go-reference-{nodes}",
+            [str(reference), "--listen", f"127.0.0.1:{go_port}", "--snapshot", str(workdir / "snapshot.json")],
+        )
+        config = workdir / f"loadext-{nodes}.yaml"
+        config.write_text(bench_config(prometheus_url, herdGuard={"enabled": True}))  # as shipped
+        loadext_port = free_port()
+        loadext = plane.spawn(
+            f"loadext-{nodes}",
+            serve_argv(
+                config,
+                loadext_port,
+                "--kubeconfig",
+                str(plane.admin_kubeconfig),
+                "--watch-nodes",
+                options=["--log-level", "warning"],
+            ),
+        )
+        loadext_url, go_url = f"http://127.0.0.1:{loadext_port}", f"http://127.0.0.1:{go_port}"
+        wait_until(lambda: ready(loadext_url), "loadext ready", timeout=120, process=loadext)
+        wait_until(lambda: _listening(go_url), "the Go reference", process=go)
+        row: dict[str, Any] = {}
+        for label, url in (("none", None), ("go", go_url), ("loadext", loadext_url)):
+            print(f"  {nodes} nodes, {label}: scheduling {args.pods} pods ...", file=sys.stderr)
+            row[label] = measure(plane, core, f"{label}-{nodes}", url, args)
+            print(f"    {row[label]['pods_per_s']:.0f} pods/s", file=sys.stderr)
+    finally:
+        plane.stop()
+    return row
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    bin_dir = build_components()
+    workdir = Path(tempfile.mkdtemp(prefix="loadext-schedbench-"))
+    most = max(args.nodes)
+    exporter = Exporter()
+    for i in range(1, most + 1):
+        cpu, memory = node_load(i)
+        exporter.set_gauge("bench_cpu", cpu, node=node_name(i))
+        exporter.set_gauge("bench_memory", memory, node=node_name(i))
+    prom = PrometheusServer(str(workdir), scrape_config(exporter.target, interval="5s"))
+    reference = workdir / "reference"
+    subprocess.run(["go", "build", "-o", str(reference), "."], cwd=HERE.parent / "reference", check=True)
+    results: dict[str, Any] = {}
+    try:
+        prom.wait_for("count(bench_cpu)", lambda r: bool(r) and float(r[0]["value"][1]) == most, timeout=90)
+        for nodes in args.nodes:
+            results[str(nodes)] = one_size(nodes, args, bin_dir, workdir, prom.url, reference)
+    finally:
+        prom.stop()
+        exporter.close()
+    return results
+
+
+def _listening(url: str) -> bool:
+    try:
+        urllib.request.urlopen(urllib.request.Request(url + "/filter", data=b"{}"), timeout=1)
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = [
+        "| nodes | none pods/s | Go pods/s | loadext pods/s | loadext/Go | loadext/none | attempt ms none/Go/loadext |",
+        "|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for nodes, row in results.items():
+        none, go, ours = (row[k]["pods_per_s"] for k in ("none", "go", "loadext"))
+        attempts = " / ".join(
+            f"{row[k]['attempt_ms']:.2f}" if row[k]["attempt_ms"] is not None else "-"
+            for k in ("none", "go", "loadext")
+        )
+        lines.append(
+            f"| {nodes} | {none:.0f} | {go:.0f} | {ours:.0f} | {ours / go:.2f}x | {ours / none:.2f}x | {attempts} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[500, 5000], help="cluster sizes (default 500 5000)")
+    parser.add_argument("--pods", type=int, default=2000, help="pods per configuration (default 2000)")
+    parser.add_argument("--qps", type=int, default=5000, help="the scheduler's client QPS and burst (default 5000)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for all pods to bind")
+    parser.add_argument("--out", type=Path, default=HERE / "results.json")
+    args = parser.parse_args()
+    results = run(args)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
