@@ -9,6 +9,7 @@ the in-flight set).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter as Tally
@@ -289,36 +290,31 @@ class Extender:
         own: Placement | None,
         now: float,
     ) -> list[Verdict]:
-        """The herd correction when nodes are named by name, at C speed per node: the verdicts
-        with the incoming pod's estimate come from a memo (IncomingVerdicts, filled once per
-        table and pod size), and so do those of the few nodes with placements in flight, keyed
-        also by what is in flight there. The same corrected_one decides all of them, so the
-        verdicts equal corrected()'s (tests/unit/test_herd.py checks it)."""
-        in_flight = self.inflight.per_node(now)
+        """The herd correction when nodes are named by name, at C speed per node: verdicts come
+        from a memo per pod size (IncomingVerdicts) that is kept current with what is in flight,
+        so a call judges only the nodes that changed since the last one. The same corrected_one
+        decides, so the verdicts equal corrected()'s (tests/unit/test_herd.py checks it)."""
+        in_flight = self.inflight.per_node(now)  # expires the window first, so the memo sees it
         capacity, config = self.directory.allocatable, self.config
         snapshot = self.cache.snapshot
-        memo = self._incoming.for_size(table, self.directory.allocatable_version, incoming)
-        if incoming.cpu == 0 and incoming.memory == 0:
-            guarded = list(measured)
-        else:
-            missing = set(names).difference(memo)
-            if missing:
-                verdict_of = dict(zip(names, measured, strict=True))
-                for name in missing:
-                    candidate = Candidate(name, verdict_of[name], snapshot.by_identity.get(name), table.pools.get(name))
-                    memo[name] = corrected_one(candidate, NO_PLACEMENTS, incoming, capacity, config, now)
-            guarded = list(map(memo.__getitem__, names))
-        for name in in_flight.keys() & names:
-            index = names.index(name)
-            usage, placements = in_flight[name]
-            if own is not None and own.node == name and placements:  # the pod judged is not in flight
-                usage, placements = usage - own.usage, placements - 1
-            key = (name, usage, placements)  # in a burst most nodes' placements stay as they were
-            verdict = memo.get(key)
-            if verdict is None:
-                candidate = Candidate(name, measured[index], snapshot.by_identity.get(name), table.pools.get(name))
-                verdict = memo[key] = corrected_one(candidate, (usage, placements), incoming, capacity, config, now)
-            guarded[index] = verdict
+        memo = self._incoming.for_size(table, self.directory.allocatable_version, incoming, self.inflight)
+        missing = set(names).difference(memo)
+        if missing:
+            verdict_of = dict(zip(names, measured, strict=True))
+            for name in missing:
+                candidate = Candidate(name, verdict_of[name], snapshot.by_identity.get(name), table.pools.get(name))
+                placed = in_flight.get(name, NO_PLACEMENTS)
+                memo[name] = corrected_one(candidate, placed, incoming, capacity, config, now)
+        guarded = list(map(memo.__getitem__, names))
+        if own is not None and own.node in in_flight:
+            # The pod judged was expected on this node by an earlier call: judge that node
+            # without it (the memo counts it, as it would for any other pod).
+            with contextlib.suppress(ValueError):
+                index = names.index(own.node)
+                candidate = Candidate(
+                    own.node, measured[index], snapshot.by_identity.get(own.node), table.pools.get(own.node)
+                )
+                guarded[index] = corrected_one(candidate, in_flight[own.node], incoming, capacity, config, now, own)
         return guarded
 
     def _candidates(

@@ -14,7 +14,8 @@ container) plus overhead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
+import heapq
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from cachetools import LRUCache
@@ -111,58 +112,106 @@ class Placement:
 
 
 class InFlight:
-    """Pods placed within the window, by UID, and their summed estimates per node."""
+    """Pods placed within the window, by UID, and their summed estimates per node.
+
+    Kept incrementally: a placement changes its node's sum only, and the nodes changed since a
+    version can be asked for (changed_since), so the herd correction re-judges only those
+    nodes, not every node with a pod in flight (in a burst, that is every node)."""
+
+    _LOG_SIZE = 4096  # changes remembered for changed_since; older readers rebuild
 
     def __init__(self, window: float) -> None:
         self.window = window
         self._pods: dict[str, Placement] = {}
-        self._per_node: dict[str, tuple[Usage, int]] | None = None
+        self._by_node: dict[str, dict[str, Usage]] = {}
+        self._per_node: dict[str, tuple[Usage, int]] = {}
+        self._expiry: list[tuple[float, str]] = []  # (placed_at, uid), a heap; stale entries skipped
+        self._log: list[str] = []  # nodes changed, in order; _log[i] is change _log_base + i + 1
+        self._log_base = 0
         self.version = 0  # bumps on every change: decisions depending on it are stale
 
     def place(self, uid: str, placement: Placement, now: float) -> None:
         """A pod bound to a node (from the pod watch, or loadext's own bind)."""
         if now - placement.placed_at >= self.window:
             self.remove(uid)  # placed long ago: the metrics show it already
-        elif self._pods.get(uid) != placement:
-            self._pods[uid] = placement
-            self._changed()
+            return
+        old = self._pods.get(uid)
+        if old == placement:
+            return
+        self._pods[uid] = placement
+        heapq.heappush(self._expiry, (placement.placed_at, uid))
+        if old is not None and old.node != placement.node:
+            del self._by_node[old.node][uid]
+            self._resum(old.node)
+        self._by_node.setdefault(placement.node, {})[uid] = placement.usage
+        self._resum(placement.node)
 
     def remove(self, uid: str) -> None:
-        if self._pods.pop(uid, None) is not None:
-            self._changed()
+        placement = self._pods.pop(uid, None)
+        if placement is not None:
+            del self._by_node[placement.node][uid]
+            self._resum(placement.node)
 
     def get(self, uid: str) -> Placement | None:
         return self._pods.get(uid)
 
     def replace_all(self, placements: Mapping[str, Placement], now: float) -> None:
-        self._pods = {uid: p for uid, p in placements.items() if now - p.placed_at < self.window}
-        self._changed()
+        self._pods, self._by_node, self._per_node, self._expiry = {}, {}, {}, []
+        for uid, placement in placements.items():
+            if now - placement.placed_at < self.window:
+                self._pods[uid] = placement
+                self._by_node.setdefault(placement.node, {})[uid] = placement.usage
+                self._expiry.append((placement.placed_at, uid))
+        heapq.heapify(self._expiry)
+        for node in self._by_node:
+            self._per_node[node] = _summed(self._by_node[node])
+        self.version += 1
+        self._log, self._log_base = [], self.version  # readers from before rebuild
 
     def expire(self, now: float) -> None:
         """Forget pods placed before the window: by now the metrics show them."""
-        old = [uid for uid, p in self._pods.items() if now - p.placed_at >= self.window]
-        for uid in old:
-            del self._pods[uid]
-        if old:
-            self._changed()
+        expiry = self._expiry
+        while expiry and now - expiry[0][0] >= self.window:
+            placed_at, uid = heapq.heappop(expiry)
+            placement = self._pods.get(uid)
+            if placement is not None and placement.placed_at == placed_at:
+                self.remove(uid)
 
-    def _changed(self) -> None:
-        self._per_node = None
+    def _resum(self, node: str) -> None:
+        pods = self._by_node[node]
+        if pods:
+            self._per_node[node] = _summed(pods)
+        else:
+            del self._by_node[node]
+            self._per_node.pop(node, None)
         self.version += 1
+        self._log.append(node)
+        if len(self._log) > self._LOG_SIZE:
+            drop = len(self._log) - self._LOG_SIZE // 2
+            del self._log[:drop]
+            self._log_base += drop
+
+    def changed_since(self, version: int) -> list[str] | None:
+        """The nodes whose sums changed after `version` (repeats possible), or None when that
+        is further back than the log reaches: then everything may have changed."""
+        if version < self._log_base:
+            return None
+        return self._log[version - self._log_base :]
 
     def per_node(self, now: float) -> dict[str, tuple[Usage, int]]:
         """node -> (summed estimate, number of placements) within the window."""
-        if self._per_node is None:
-            sums: dict[str, tuple[Usage, int]] = {}
-            for placement in self._pods.values():
-                if now - placement.placed_at < self.window:
-                    usage, count = sums.get(placement.node, (Usage(), 0))
-                    sums[placement.node] = (usage + placement.usage, count + 1)
-            self._per_node = sums
+        self.expire(now)
         return self._per_node
 
     def __len__(self) -> int:
         return len(self._pods)
+
+
+def _summed(usages: Mapping[str, Usage]) -> tuple[Usage, int]:
+    total = Usage()
+    for usage in usages.values():
+        total = total + usage
+    return total, len(usages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,26 +272,39 @@ def corrected_one(
 
 
 class IncomingVerdicts:
-    """Verdicts with only the incoming pod's estimate added (no placements in flight), kept per
-    decision table, node capacities and pod size.
+    """The herd guard's verdicts for one incoming pod size, kept current per node: with the
+    estimates in flight on each node plus the incoming pod's, as corrected_one decides them.
 
-    A burst is mostly pods of one size (a ReplicaSet's), and those verdicts change only when
-    the table or an allocatable does: so each node is re-judged once per refresh and pod size,
-    not once per call, and a call costs a dict lookup per node. Nodes with placements in flight
-    are looked up by what is in flight there too (Extender._herd_by_name)."""
+    A burst is mostly pods of one size (a ReplicaSet's). Between calls only a few nodes change
+    (a placement or two), so a call re-judges the nodes InFlight reports changed and looks the
+    rest up: a dict lookup per candidate, not a judge. The memo is dropped when the decision
+    table or any node's allocatable changes."""
 
     def __init__(self, sizes: int = 16) -> None:
         self._key: tuple[object, int] | None = None
-        self._by_size: LRUCache[Usage, dict[Hashable, Verdict]] = LRUCache(maxsize=sizes)
+        self._by_size: LRUCache[Usage, _SizeMemo] = LRUCache(maxsize=sizes)
 
-    def for_size(self, table: object, capacity_version: int, incoming: Usage) -> dict[Hashable, Verdict]:
-        """The memo for this pod size: node name -> verdict with nothing in flight, and
-        (name, usage in flight, placements) -> verdict; the caller fills in what is missing."""
-        key = (table, capacity_version)
+    def for_size(self, table: object, capacity_version: int, incoming: Usage, inflight: InFlight) -> dict[str, Verdict]:
+        """name -> verdict for this pod size, with the nodes changed in flight since the last
+        call dropped; the caller judges what is missing."""
         if self._key is None or self._key[0] is not table or self._key[1] != capacity_version:
-            self._key = key
+            self._key = (table, capacity_version)
             self._by_size.clear()
         memo = self._by_size.get(incoming)
         if memo is None:
-            memo = self._by_size[incoming] = {}
-        return memo
+            memo = self._by_size[incoming] = _SizeMemo(inflight.version, {})
+            return memo.verdicts
+        changed = inflight.changed_since(memo.version)
+        if changed is None:
+            memo.verdicts.clear()
+        else:
+            for node in changed:
+                memo.verdicts.pop(node, None)
+        memo.version = inflight.version
+        return memo.verdicts
+
+
+@dataclass(slots=True)
+class _SizeMemo:
+    version: int  # InFlight.version the verdicts are current with
+    verdicts: dict[str, Verdict]

@@ -230,3 +230,45 @@ def test_fast_herd_correction_equals_the_reference(
         )
         assert fast == reference
         extender.expect_placement(uid, asked[-1])  # the next call sees one more placement in flight
+
+
+@settings(max_examples=200)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["place", "remove", "expire"]), st.integers(0, 5), st.integers(0, 3), st.integers(0, 90)
+        ),
+        max_size=40,
+    )
+)
+def test_in_flight_sums_and_changes_match_a_recount(steps: list[tuple[str, int, int, int]]) -> None:
+    """The incremental per-node sums equal a recount of the pods in the window, and every node
+    whose sum changed is reported by changed_since."""
+    inflight, now = InFlight(window=60), 1000.0
+    expected: dict[str, Placement] = {}
+    for action, pod, node, age in steps:
+        before, version = dict(inflight.per_node(now)), inflight.version
+        uid = f"pod-{pod}"
+        if action == "place":
+            placement = Placement(f"n{node}", now - age, Usage(pod + 1, node))
+            inflight.place(uid, placement, now)
+            expected.pop(uid, None)
+            if age < 60:
+                expected[uid] = placement
+        elif action == "remove":
+            inflight.remove(uid)
+            expected.pop(uid, None)
+        else:
+            now += age
+            expected = {u: p for u, p in expected.items() if now - p.placed_at < 60}
+        recount: dict[str, tuple[Usage, int]] = {}
+        for placement in expected.values():
+            usage, count = recount.get(placement.node, (Usage(), 0))
+            recount[placement.node] = (usage + placement.usage, count + 1)
+        after = inflight.per_node(now)
+        assert {n: (pytest.approx((u.cpu, u.memory)), c) for n, (u, c) in after.items()} == {
+            n: ((u.cpu, u.memory), c) for n, (u, c) in recount.items()
+        }
+        changed = inflight.changed_since(version)
+        assert changed is not None
+        assert {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)} <= set(changed)
