@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import ssl
 import subprocess
 import sys
@@ -162,6 +163,7 @@ def measure(
         plane.admin_kubeconfig,
         "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
     )
+    before = server_seconds(extender_url) if extender_url and label.startswith("loadext") else None
     try:
         wait_until(
             lambda: len(bound_times(scheduler.log_path)) >= args.pods,
@@ -177,7 +179,44 @@ def measure(
     steady = times[len(times) // 10 :]
     rate = (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else 0.0
     delete_pods(core)
-    return {"pods_per_s": rate, "attempt_ms": attempt, "all_bound_s": times[-1] - started}
+    result = {"pods_per_s": rate, "attempt_ms": attempt, "all_bound_s": times[-1] - started}
+    if before is not None and extender_url is not None:
+        after = server_seconds(extender_url)
+        for verb in ("filter", "prioritize"):
+            (sum0, count0), (sum1, count1) = before[verb], after[verb]
+            result[f"server_ms_{verb}"] = 1000 * (sum1 - sum0) / (count1 - count0) if count1 > count0 else None
+    return result
+
+
+def server_seconds(url: str) -> dict[str, tuple[float, float]]:
+    """loadext's own time per verb so far: (sum, count) of loadext_request_duration_seconds."""
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    out = {}
+    for verb in ("filter", "prioritize"):
+        values = {}
+        for part in ("sum", "count"):
+            match = re.search(rf'^loadext_request_duration_seconds_{part}{{verb="{verb}"}} (\S+)$', text, re.M)
+            values[part] = float(match.group(1)) if match else 0.0
+        out[verb] = (values["sum"], values["count"])
+    return out
+
+
+def start_loadext(
+    plane: ControlPlane, workdir: Path, label: str, nodes: int, prometheus_url: str, herd_guard: bool
+) -> str:
+    """`loadext serve` with the shipped flags (--watch-nodes; the herd guard on, as the shipped
+    config has it, unless this is the diagnostic loadext-noherd)."""
+    config = workdir / f"{label}-{nodes}.yaml"
+    config.write_text(bench_config(prometheus_url, herdGuard={"enabled": herd_guard}))
+    port = free_port()
+    argv = serve_argv(
+        config, port, "--kubeconfig", str(plane.admin_kubeconfig), "--watch-nodes", options=["--log-level", "warning"]
+    )
+    process = plane.spawn(f"{label}-{nodes}", argv)
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: ready(url), f"{label} ready", timeout=120, process=process)
+    return url
 
 
 def one_size(
@@ -207,27 +246,16 @@ def one_size(
             f"go-reference-{nodes}",
             [str(reference), "--listen", f"127.0.0.1:{go_port}", "--snapshot", str(workdir / "snapshot.json")],
         )
-        config = workdir / f"loadext-{nodes}.yaml"
-        config.write_text(bench_config(prometheus_url, herdGuard={"enabled": True}))  # as shipped
-        loadext_port = free_port()
-        loadext = plane.spawn(
-            f"loadext-{nodes}",
-            serve_argv(
-                config,
-                loadext_port,
-                "--kubeconfig",
-                str(plane.admin_kubeconfig),
-                "--watch-nodes",
-                options=["--log-level", "warning"],
-            ),
-        )
-        loadext_url, go_url = f"http://127.0.0.1:{loadext_port}", f"http://127.0.0.1:{go_port}"
-        wait_until(lambda: ready(loadext_url), "loadext ready", timeout=120, process=loadext)
+        go_url = f"http://127.0.0.1:{go_port}"
         wait_until(lambda: _listening(go_url), "the Go reference", process=go)
+        urls: dict[str, str | None] = {"none": None, "go": go_url}
+        for label, herd_guard in (("loadext", True), ("loadext-noherd", False)):
+            if label in args.configs:
+                urls[label] = start_loadext(plane, workdir, label, nodes, prometheus_url, herd_guard)
         row: dict[str, Any] = {}
-        for label, url in (("none", None), ("go", go_url), ("loadext", loadext_url)):
+        for label in args.configs:
             print(f"  {nodes} nodes, {label}: scheduling {args.pods} pods ...", file=sys.stderr)
-            row[label] = measure(plane, core, f"{label}-{nodes}", url, args)
+            row[label] = measure(plane, core, f"{label}-{nodes}", urls[label], args)
             print(f"    {row[label]['pods_per_s']:.0f} pods/s", file=sys.stderr)
     finally:
         plane.stop()
@@ -268,19 +296,22 @@ def _listening(url: str) -> bool:
 
 
 def table(results: dict[str, Any]) -> str:
+    """A row per cluster size and configuration; ratios against the Go reference and no extender."""
     lines = [
-        "| nodes | none pods/s | Go pods/s | loadext pods/s | loadext/Go | loadext/none | attempt ms none/Go/loadext |",
-        "|---:|---:|---:|---:|---:|---:|---|",
+        "| nodes | configuration | pods/s | vs Go | vs none | attempt ms | loadext ms per filter / prioritize |",
+        "|---:|---|---:|---:|---:|---:|---|",
     ]
     for nodes, row in results.items():
-        none, go, ours = (row[k]["pods_per_s"] for k in ("none", "go", "loadext"))
-        attempts = " / ".join(
-            f"{row[k]['attempt_ms']:.2f}" if row[k]["attempt_ms"] is not None else "-"
-            for k in ("none", "go", "loadext")
-        )
-        lines.append(
-            f"| {nodes} | {none:.0f} | {go:.0f} | {ours:.0f} | {ours / go:.2f}x | {ours / none:.2f}x | {attempts} |"
-        )
+        for label, r in row.items():
+            rate = r["pods_per_s"]
+            vs_go = f"{rate / row['go']['pods_per_s']:.2f}x" if "go" in row else "-"
+            vs_none = f"{rate / row['none']['pods_per_s']:.2f}x" if "none" in row else "-"
+            attempt = f"{r['attempt_ms']:.2f}" if r["attempt_ms"] is not None else "-"
+            server = " / ".join(
+                f"{r[key]:.2f}" if r.get(key) is not None else "-"
+                for key in ("server_ms_filter", "server_ms_prioritize")
+            )
+            lines.append(f"| {nodes} | {label} | {rate:.0f} | {vs_go} | {vs_none} | {attempt} | {server} |")
     return "\n".join(lines)
 
 
@@ -289,9 +320,17 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, nargs="+", default=[500, 5000], help="cluster sizes (default 500 5000)")
     parser.add_argument("--pods", type=int, default=2000, help="pods per configuration (default 2000)")
     parser.add_argument("--qps", type=int, default=5000, help="the scheduler's client QPS and burst (default 5000)")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=["none", "go", "loadext"],
+        choices=["none", "go", "loadext", "loadext-noherd"],
+        help="what to run, in order (loadext-noherd: diagnostic, the herd guard off)",
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for all pods to bind")
     parser.add_argument("--out", type=Path, default=HERE / "results.json")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the control plane on the way out
     results = run(args)
     args.out.write_text(json.dumps(results, indent=2))
     print(table(results))
