@@ -28,6 +28,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from run import bench_config, node_load, pinned, wrk  # noqa: E402  (the suite's load, config and wrk driver)
 
 from harness.inprocess import stored_app  # noqa: E402
 from loadext.core.herd import Usage  # noqa: E402
@@ -44,18 +47,8 @@ VERB_PARTS = {
 
 
 def config_text(herd_guard: bool) -> str:
-    herd = "herdGuard: {enabled: true}\n" if herd_guard else ""
-    return (
-        'prometheus: {url: "http://127.0.0.1:1"}\nmaxDataAge: 1h\n'
-        "signals:\n"
-        "  - {name: cpu, query: c, threshold: 0.8, weight: 1}\n"
-        "  - {name: memory, query: m, threshold: 0.9, weight: 1}\n" + herd
-    )
-
-
-def node_load(i: int) -> tuple[float, float]:
-    """As benchmarks/run.py: about 20 % of nodes over the CPU threshold, 10 % over memory."""
-    return ((i * 37) % 100) / 100, ((i * 53) % 100) / 100
+    """benchmarks/run.py's config, with the herd guard on or off."""
+    return bench_config("http://127.0.0.1:1", herdGuard={"enabled": herd_guard})
 
 
 def median_us(call: Callable[[], Any], requests: int) -> float:
@@ -85,9 +78,6 @@ def verb_split(call: Callable[[], Any], requests: int) -> dict[str, float]:
 
 def floor_us(body: Path, duration: float) -> float | None:
     """Per-request time of the aiohttp floor on this body, from wrk (None without wrk)."""
-    sys.path.insert(0, str(HERE))
-    from run import pinned, wrk  # the benchmark suite's own wrk driver and CPU pinning
-
     from harness.prometheus import free_port
 
     port = free_port()
