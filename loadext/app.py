@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from loadext import __version__, interpreter
+from loadext import __version__
 from loadext.config import Config, parse_config
 from loadext.core.explain import explain
 from loadext.core.extender import Extender
@@ -177,8 +177,6 @@ def serve(options: ServeOptions) -> int:
         watch_nodes=options.watch_nodes,
         limits=options.limits,
     )
-    interpreter.tune_for_latency()
-    app.refresher.after_publish = interpreter.LongLivedState().settle
     config = app.extender.config
     if (config.bind_enabled or config.herd_guard.enabled) and app.kube_api is None:
         app.kube_api = kube.api_client(None)  # in-cluster: bind and the pod watch need it

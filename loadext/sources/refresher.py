@@ -25,12 +25,9 @@ log = logging.getLogger(__name__)
 
 
 class Refresher:
-    def __init__(
-        self, extender: Extender, telemetry: Telemetry, after_publish: Callable[[], None] = lambda: None
-    ) -> None:
+    def __init__(self, extender: Extender, telemetry: Telemetry) -> None:
         self.extender = extender
         self.telemetry = telemetry
-        self.after_publish = after_publish  # `loadext serve` settles the new long-lived state here
         self._source: PrometheusSource | None = None
         self._source_config: PrometheusConfig | None = None
         self._wake = asyncio.Event()
@@ -61,7 +58,6 @@ class Refresher:
         decide = self.extender.table_builder()
         snapshot, table = await asyncio.to_thread(_store_and_decide, self.extender.cache, stored, decide)
         mapping = self.extender.publish_refresh(snapshot, table)
-        self.after_publish()
         telemetry = self.telemetry
         for name, report in mapping.items():
             telemetry.unmapped_nodes.labels(name).set(len(report.unmapped_nodes))
