@@ -501,7 +501,9 @@ def format_pod_decisions(report: dict[str, Any]) -> str:
         if decision is None:
             continue
         signals = sorted({s for node in decision["nodes"] for s in node["signals"]})
-        rows = [["NODE", *(s.upper() for s in signals), "POOL", "VERDICT", "SCORE", "REASON"]]
+        herd = "estimate" in decision
+        header = ["NODE", *(s.upper() for s in signals), *(["IN FLIGHT"] if herd else []), "POOL", "VERDICT"]
+        rows = [[*header, "SCORE", "REASON"]]
         for node in decision["nodes"]:
             cells = [node["node"]]
             for signal in signals:
@@ -511,12 +513,26 @@ def format_pod_decisions(report: dict[str, Any]) -> str:
                     if sample
                     else "-"
                 )
+            if herd:
+                cells.append(_in_flight_cell(node.get("inFlight")))
             cells += [node["pool"] or "-", node["verdict"], str(node["score"]), node["reason"] or "-"]
             rows.append(cells)
         lines.append(f"{verb} for {report['pod']} (config {decision['configHash']}); values are value/threshold (age):")
+        if herd:
+            estimate = decision["estimate"]
+            lines.append(
+                f"the pod counts as {estimate['cpuCores']:g} cores, {estimate['memoryBytes'] / 2**20:.0f} MiB "
+                f"(from {estimate['source']}), added to each node with what is in flight there"
+            )
         lines.extend(_table(rows))
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+def _in_flight_cell(flight: dict[str, Any] | None) -> str:
+    if not flight:
+        return "-"
+    return f"{flight['pods']} pod{'s' if flight['pods'] != 1 else ''}, {flight['cpuCores']:g} cores"
 
 
 def format_explain(report: dict[str, Any]) -> str:
@@ -531,9 +547,7 @@ def format_explain(report: dict[str, Any]) -> str:
             sample = node["signals"].get(signal)
             cells.append(f"{sample['value'] * 100:.0f}% ({sample['age']:.0f}s)" if sample else "-")
         if herd:  # pods placed within the window, counted until the metrics can show them
-            flight = node.get("inFlight")
-            pods = f"{flight['pods']} pod{'s' if flight['pods'] != 1 else ''}" if flight else ""
-            cells.append(f"{pods}, {flight['cpuCores']:g} cores" if flight else "-")
+            cells.append(_in_flight_cell(node.get("inFlight")))
         cells += [node["verdict"], str(node["score"]), node["reason"] or "-"]
         rows.append(cells)
     lines = _table(rows)

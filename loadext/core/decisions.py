@@ -8,11 +8,13 @@ pods cost a few MB.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cachetools import LRUCache
 
 from loadext.config import Config
+from loadext.core.herd import Usage
 from loadext.core.policy import Verdict
 from loadext.core.snapshot import Snapshot
 
@@ -26,6 +28,9 @@ class Decision:
     verdicts: list[Verdict]
     snapshot: Snapshot
     config: Config
+    # With the herd guard on: the pod's own estimate, and per node what was in flight then.
+    estimate: Usage | None = None
+    in_flight: Mapping[str, tuple[Usage, int]] | None = None
 
 
 class DecisionLog:

@@ -66,14 +66,15 @@ def explain(extender: Extender) -> dict[str, Any]:
 def explain_pod(extender: Extender, pod: str) -> dict[str, Any] | None:
     """The last filter and prioritize decisions for NAMESPACE/NAME, node by node: the values
     and their age at decision time, the thresholds that applied (and the pool they came
-    from), the verdict, the score and the reason. None if loadext has none for the pod."""
+    from), the verdict, the score and the reason; with the herd guard on, also the pod's own
+    estimate and what was in flight on each node. None if loadext has none for the pod."""
     decisions = extender.decisions.get(pod)
     if decisions is None:
         return None
     labelled = extender.directory.labelled()
     out: dict[str, Any] = {"pod": pod}
     for verb, decision in decisions.items():
-        rows = []
+        rows: list[dict[str, Any]] = []
         for i, (name, verdict) in enumerate(zip(decision.names, decision.verdicts, strict=True)):
             identity = decision.identities[i] if decision.identities is not None else name
             samples = decision.snapshot.by_identity.get(identity, {}) if identity else {}
@@ -96,7 +97,16 @@ def explain_pod(extender: Extender, pod: str) -> dict[str, Any] | None:
                     "reason": verdict.reason,
                 }
             )
+            if decision.in_flight is not None:
+                rows[-1]["inFlight"] = _in_flight_row(decision.in_flight.get(name))
         out[verb] = {"time": decision.time, "configHash": decision.config.hash, "nodes": rows}
+        if decision.estimate is not None:
+            out[verb]["estimate"] = {
+                "cpuCores": round(decision.estimate.cpu, 3),
+                "memoryBytes": round(decision.estimate.memory),
+                # the one source so far: herdGuard's factors over the pod's requests and limits
+                "source": "factor",
+            }
     return out
 
 

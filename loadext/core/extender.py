@@ -347,7 +347,13 @@ class Extender:
         if self.config.node_identity.kind != "name":
             table = self.table()
             identities = [self.identity(n, args.addresses.get(n, ()), table) for n in args.names]
-        decision = Decision(verb, self.clock(), args.names, identities, verdicts, self.cache.snapshot, self.config)
+        now, estimate, in_flight = self.clock(), None, None
+        if self.config.herd_guard.enabled:
+            # A copy: the sums change in place; the tuples in it never do. A few microseconds.
+            estimate, in_flight = self._estimates.get(args.pod.uid), dict(self.inflight.per_node(now))
+        decision = Decision(
+            verb, now, args.names, identities, verdicts, self.cache.snapshot, self.config, estimate, in_flight
+        )
         self.decisions.record(args.pod.key, decision)
 
     def filter(self, args: ExtenderArgs) -> FilterResult:
