@@ -9,7 +9,6 @@ the in-flight set).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import Counter as Tally
@@ -296,38 +295,39 @@ class Extender:
         decides, so the verdicts equal corrected()'s (tests/unit/test_herd.py checks it)."""
         in_flight = self.inflight.per_node(now)  # expires the window first, so the memo sees it
         capacity, config = self.directory.allocatable, self.config
-        snapshot = self.cache.snapshot
         memo = self._incoming.for_size(table, self.directory.allocatable_version, incoming, self.inflight)
         missing = set(names).difference(memo)
         if missing:
             verdict_of = dict(zip(names, measured, strict=True))
             for name in missing:
-                candidate = Candidate(name, verdict_of[name], snapshot.by_identity.get(name), table.pools.get(name))
-                placed = in_flight.get(name, NO_PLACEMENTS)
-                memo[name] = corrected_one(candidate, placed, incoming, capacity, config, now)
+                candidate = self._candidate(name, name, verdict_of[name], table)
+                memo[name] = corrected_one(
+                    candidate, in_flight.get(name, NO_PLACEMENTS), incoming, capacity, config, now
+                )
         guarded = list(map(memo.__getitem__, names))
         if own is not None and own.node in in_flight:
             # The pod judged was expected on this node by an earlier call: judge that node
             # without it (the memo counts it, as it would for any other pod).
-            with contextlib.suppress(ValueError):
+            try:
                 index = names.index(own.node)
-                candidate = Candidate(
-                    own.node, measured[index], snapshot.by_identity.get(own.node), table.pools.get(own.node)
-                )
-                guarded[index] = corrected_one(candidate, in_flight[own.node], incoming, capacity, config, now, own)
+            except ValueError:  # not a candidate this time
+                return guarded
+            candidate = self._candidate(own.node, own.node, measured[index], table)
+            guarded[index] = corrected_one(candidate, in_flight[own.node], incoming, capacity, config, now, own)
         return guarded
+
+    def _candidate(self, name: str, identity: str | None, measured: Verdict, table: DecisionTable) -> Candidate:
+        """A node with what it is judged on (its samples and pool), for the herd correction
+        and soft mode, which both re-judge nodes beyond the table's verdict."""
+        if not identity:
+            return Candidate(name, measured, None, None)
+        return Candidate(name, measured, self.cache.snapshot.by_identity.get(identity), table.pools.get(identity))
 
     def _candidates(
         self, names: list[str], identities: list[str | None], measured: list[Verdict], table: DecisionTable
     ) -> Iterator[Candidate]:
-        """Each node with what it is judged on (its samples and pool), for the herd correction
-        and soft mode, which both re-judge nodes beyond the table's verdict."""
-        snapshot = self.cache.snapshot
         for name, identity, verdict in zip(names, identities, measured, strict=True):
-            if not identity:
-                yield Candidate(name, verdict, None, None)
-            else:
-                yield Candidate(name, verdict, snapshot.by_identity.get(identity), table.pools.get(identity))
+            yield self._candidate(name, identity, verdict, table)
 
     def _rejections(self, reasons: Tally[str], verdicts: Iterable[Verdict] = ()) -> Rejections:
         """Refused-node counts by (signal, cause), from the reasons' tally (see policy._causes)."""

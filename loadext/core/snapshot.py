@@ -53,7 +53,8 @@ class SignalValues:
 
 
 class SnapshotCache:
-    """(signal, identity) -> Sample in a cachetools TTLCache whose ttl is maxDataAge."""
+    """signal -> (identity -> Sample) of its last round, in a cachetools TTLCache whose ttl is
+    maxDataAge."""
 
     def __init__(self, max_age: float, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock

@@ -296,7 +296,7 @@ def encode_filter_result(result: FilterResult, full_nodes: list[msgspec.Raw] | N
     failed, unresolvable = ({}, result.rejected) if result.unresolvable else (result.rejected, {})
     tail = orjson.dumps({"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": ""})
     if full_nodes is not None:
-        items = b",".join([full_nodes[i] for i in result.passed])
+        items = b",".join(map(full_nodes.__getitem__, result.passed))
         return b"".join((b'{"Nodes":{"metadata":{},"items":[', items, b']},"NodeNames":null,', tail[1:]))
     names = orjson.dumps(list(map(result.names.__getitem__, result.passed)))
     return b'{"Nodes":null,"NodeNames":' + names + b"," + tail[1:]
