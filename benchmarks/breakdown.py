@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from run import bench_config, node_load, pinned, wrk  # noqa: E402  (the suite's load, config and wrk driver)
+from run import bench_config, node_load, node_name, pinned, wrk  # noqa: E402  (the suite's load, config, wrk)
 
 from harness.inprocess import stored_app  # noqa: E402
 from loadext.core.herd import Usage  # noqa: E402
@@ -105,7 +105,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     )
     body_path = workdir / f"args-names-{args.names}.json"
     body = body_path.read_bytes()
-    names = [f"node-{i:05d}" for i in range(1, args.nodes + 1)]
+    names = [node_name(i) for i in range(1, args.nodes + 1)]
     cpu = {name: node_load(i)[0] for i, name in enumerate(names, 1)}
     memory = {name: node_load(i)[1] for i, name in enumerate(names, 1)}
     app = stored_app(config_text(args.herd_guard), cpu, memory)

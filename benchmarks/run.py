@@ -43,6 +43,10 @@ NODES = 5000
 SERVER_CPU, LOAD_CPU = "1", "0"
 
 
+def node_name(i: int) -> str:
+    return f"node-{i:05d}"
+
+
 def node_load(i: int) -> tuple[float, float]:
     """Deterministic spread: about 20 % of nodes over the CPU threshold, 10 % over memory."""
     return ((i * 37) % 100) / 100, ((i * 53) % 100) / 100
@@ -60,6 +64,32 @@ def bench_config(prometheus_url: str, selector: str = "", **overrides: Any) -> s
             **overrides,
         )
     )
+
+
+def feed(exporter: Exporter, nodes: int) -> None:
+    """bench_cpu and bench_memory for node-00001 .. node-N, as node_load spreads them."""
+    for i in range(1, nodes + 1):
+        cpu, memory = node_load(i)
+        exporter.set_gauge("bench_cpu", cpu, node=node_name(i))
+        exporter.set_gauge("bench_memory", memory, node=node_name(i))
+
+
+def build_reference(workdir: Path, nodes: int) -> tuple[Path, Path]:
+    """The Go reference extender, built, and its snapshot file: the same values and thresholds
+    bench_config gives loadext. Returns (binary, snapshot)."""
+    snapshot = {
+        "nodes": {node_name(i): dict(zip(("cpu", "memory"), node_load(i), strict=True)) for i in range(1, nodes + 1)},
+        "cpuThreshold": 0.8,
+        "memoryThreshold": 0.9,
+        "cpuWeight": 1.0,
+        "memoryWeight": 1.0,
+    }
+    path = workdir / f"snapshot-{nodes}.json"
+    path.write_text(json.dumps(snapshot))
+    binary = workdir / "reference"
+    if not binary.exists():
+        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=HERE / "reference", check=True)
+    return binary, path
 
 
 def generate_payloads(workdir: Path) -> dict[str, Path]:
@@ -195,10 +225,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="loadext-bench-"))
     bench = Bench(args, workdir)
     exporter = Exporter()
-    for i in range(1, NODES + 1):
-        cpu, memory = node_load(i)
-        exporter.set_gauge("bench_cpu", cpu, node=f"node-{i:05d}")
-        exporter.set_gauge("bench_memory", memory, node=f"node-{i:05d}")
+    feed(exporter, NODES)
     prom = PrometheusServer(str(workdir), scrape_config(exporter.target, interval="5s"))
     proxy = FaultProxy(prom.url)
     results: dict[str, Any] = {"cases": {}, "background": {}}
@@ -207,18 +234,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         payloads = generate_payloads(workdir)
         prom.wait_for("count(bench_cpu)", lambda r: bool(r) and float(r[0]["value"][1]) == NODES, timeout=60)
 
-        snapshot = {
-            "nodes": {
-                f"node-{i:05d}": dict(zip(("cpu", "memory"), node_load(i), strict=True)) for i in range(1, NODES + 1)
-            },
-            "cpuThreshold": 0.8,
-            "memoryThreshold": 0.9,
-            "cpuWeight": 1.0,
-            "memoryWeight": 1.0,
-        }
-        (workdir / "snapshot.json").write_text(json.dumps(snapshot))
-        reference = workdir / "reference"
-        subprocess.run(["go", "build", "-o", str(reference), "."], cwd=HERE / "reference", check=True)
+        reference, snapshot = build_reference(workdir, NODES)
         go_port, floor_port = free_port(), free_port()
         go_url, floor_url = f"http://127.0.0.1:{go_port}", f"http://127.0.0.1:{floor_port}"
         bench.spawn(
@@ -232,7 +248,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "--listen",
                     f"127.0.0.1:{go_port}",
                     "--snapshot",
-                    str(workdir / "snapshot.json"),
+                    str(snapshot),
                 ],
             ),
         )
@@ -244,7 +260,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             timeout=60,
             process=loadext,
         )
-        wait_until(lambda: _answers(go_url) and _answers(floor_url), "the Go reference and the floor")
+        wait_until(lambda: answers(go_url) and answers(floor_url), "the Go reference and the floor")
 
         cases = [
             (f"{verb} {kind}-{size}", verb, payloads[f"{kind}-{size}"])
@@ -288,7 +304,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
+    """The extender at url answers a names filter (it is up)."""
     try:
         post(url + "/filter", b'{"Pod":null,"Nodes":null,"NodeNames":["node-00001"]}')
         return True

@@ -11,7 +11,6 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from kubernetes import client
 from harness.config import loadext_config
 from harness.exporter import Exporter
 from harness.faultproxy import FaultProxy
-from harness.kubernetes import ROOT, ControlPlane, Process, build_components, wait_until
+from harness.kubernetes import ROOT, ControlPlane, Process, build_components, ready_node_status, wait_until
 from harness.loadext import LOADEXT
 from harness.prometheus import free_port
 from loadext.config import parse_config
@@ -170,34 +169,10 @@ def make_node(
 ) -> None:
     labels = {CASE_LABEL: case, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **extra_labels}
     core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels=labels)))
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    resources = {"cpu": cpu, "memory": memory, "pods": "110"}
-    addresses = [{"type": "Hostname", "address": name}]
-    if ip:
-        addresses.insert(0, {"type": "InternalIP", "address": ip})
     # The TaintNodesByCondition admission plugin taints new nodes not-ready; the node lifecycle
     # controller would lift it once the kubelet reports Ready. Neither runs here: do both.
     core.patch_node(name, {"spec": {"taints": None}})
-    core.patch_node_status(
-        name,
-        {
-            "status": {
-                "capacity": resources,
-                "allocatable": resources,
-                "addresses": addresses,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "e2e",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-            }
-        },
-    )
+    core.patch_node_status(name, {"status": ready_node_status(name, cpu, memory, ip)})
 
 
 def make_pod(

@@ -11,6 +11,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,24 @@ from harness.prometheus import free_port
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "tests" / "e2e" / "build-k8s.sh"
 ADMIN_TOKEN = "loadext-e2e-admin-token"  # loopback-only throwaway cluster
+
+
+def ready_node_status(name: str, cpu: str, memory: str, ip: str = "", message: str = "e2e") -> dict[str, Any]:
+    """A Node's status as its kubelet would report it: Ready, with capacity = allocatable."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    resources = {"cpu": cpu, "memory": memory, "pods": "110"}
+    addresses = [{"type": "Hostname", "address": name}]
+    if ip:
+        addresses.insert(0, {"type": "InternalIP", "address": ip})
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    return {"capacity": resources, "allocatable": resources, "addresses": addresses, "conditions": [ready]}
 
 
 def build_components() -> Path:

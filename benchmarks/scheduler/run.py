@@ -21,7 +21,6 @@ import json
 import re
 import signal
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,10 +38,10 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE.parent))
 
-from run import bench_config, node_load  # noqa: E402  (benchmarks/run.py: the same synthetic load)
+from run import answers, bench_config, build_reference, feed, node_name  # noqa: E402  (the same synthetic load)
 
 from harness.exporter import Exporter  # noqa: E402
-from harness.kubernetes import ControlPlane, build_components, wait_until  # noqa: E402
+from harness.kubernetes import ControlPlane, build_components, ready_node_status, wait_until  # noqa: E402
 from harness.loadext import ready, serve_argv  # noqa: E402
 from harness.prometheus import PrometheusServer, free_port, scrape_config  # noqa: E402
 
@@ -53,35 +52,15 @@ ATTEMPT = re.compile(
 )
 
 
-def node_name(i: int) -> str:
-    return f"node-{i:05d}"
-
-
 def create_nodes(core: Any, count: int) -> None:
     """Ready nodes with allocatable, as a kubelet would report them (TaintNodesByCondition is
     off in this control plane, so no not-ready taint needs lifting)."""
-    resources = {"cpu": "16", "memory": "64Gi", "pods": "110"}
-    now = datetime.now().astimezone().strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def make(i: int) -> None:
         name = node_name(i)
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
         core.create_node({"metadata": {"name": name, "labels": labels}})
-        ready_condition = {
-            "type": "Ready",
-            "status": "True",
-            "reason": "KubeletReady",
-            "message": "benchmark",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-        }
-        status = {
-            "capacity": resources,
-            "allocatable": resources,
-            "addresses": [{"type": "Hostname", "address": name}],
-            "conditions": [ready_condition],
-        }
-        core.patch_node_status(name, {"status": status})
+        core.patch_node_status(name, {"status": ready_node_status(name, "16", "64Gi", message="benchmark")})
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(make, range(1, count + 1)))
@@ -219,9 +198,7 @@ def start_loadext(
     return url
 
 
-def one_size(
-    nodes: int, args: argparse.Namespace, bin_dir: Path, workdir: Path, prometheus_url: str, reference: Path
-) -> dict[str, Any]:
+def one_size(nodes: int, args: argparse.Namespace, bin_dir: Path, workdir: Path, prometheus_url: str) -> dict[str, Any]:
     """One control plane with `nodes` Nodes; the three configurations in turn."""
     plane = ControlPlane(workdir / f"plane-{nodes}", bin_dir, ("ServiceAccount", "TaintNodesByCondition"))
     (workdir / f"plane-{nodes}").mkdir()
@@ -231,23 +208,14 @@ def one_size(
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         print(f"creating {nodes} nodes ...", file=sys.stderr)
         create_nodes(core, nodes)
-        snapshot = {
-            "nodes": {
-                node_name(i): dict(zip(("cpu", "memory"), node_load(i), strict=True)) for i in range(1, nodes + 1)
-            },
-            "cpuThreshold": 0.8,
-            "memoryThreshold": 0.9,
-            "cpuWeight": 1.0,
-            "memoryWeight": 1.0,
-        }
-        (workdir / "snapshot.json").write_text(json.dumps(snapshot))
+        reference, snapshot = build_reference(workdir, nodes)
         go_port = free_port()
         go = plane.spawn(
             f"go-reference-{nodes}",
-            [str(reference), "--listen", f"127.0.0.1:{go_port}", "--snapshot", str(workdir / "snapshot.json")],
+            [str(reference), "--listen", f"127.0.0.1:{go_port}", "--snapshot", str(snapshot)],
         )
         go_url = f"http://127.0.0.1:{go_port}"
-        wait_until(lambda: _listening(go_url), "the Go reference", process=go)
+        wait_until(lambda: answers(go_url), "the Go reference", process=go)
         urls: dict[str, str | None] = {"none": None, "go": go_url}
         for label, herd_guard in (("loadext", True), ("loadext-noherd", False)):
             if label in args.configs:
@@ -267,32 +235,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="loadext-schedbench-"))
     most = max(args.nodes)
     exporter = Exporter()
-    for i in range(1, most + 1):
-        cpu, memory = node_load(i)
-        exporter.set_gauge("bench_cpu", cpu, node=node_name(i))
-        exporter.set_gauge("bench_memory", memory, node=node_name(i))
+    feed(exporter, most)
     prom = PrometheusServer(str(workdir), scrape_config(exporter.target, interval="5s"))
-    reference = workdir / "reference"
-    subprocess.run(["go", "build", "-o", str(reference), "."], cwd=HERE.parent / "reference", check=True)
     results: dict[str, Any] = {}
     try:
         prom.wait_for("count(bench_cpu)", lambda r: bool(r) and float(r[0]["value"][1]) == most, timeout=90)
         for nodes in args.nodes:
-            results[str(nodes)] = one_size(nodes, args, bin_dir, workdir, prom.url, reference)
+            results[str(nodes)] = one_size(nodes, args, bin_dir, workdir, prom.url)
     finally:
         prom.stop()
         exporter.close()
     return results
-
-
-def _listening(url: str) -> bool:
-    try:
-        urllib.request.urlopen(urllib.request.Request(url + "/filter", data=b"{}"), timeout=1)
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
-    return True
 
 
 def table(results: dict[str, Any]) -> str:
