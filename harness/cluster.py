@@ -125,6 +125,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, proxy: FaultProxy) -> Iter
             "--kubeconfig",
             str(loadext_kubeconfig),
             "--watch-nodes",
+            "--requeue-stranded",  # as shipped
             "--listen",
             f"127.0.0.1:{port}",
         ]

@@ -25,7 +25,7 @@ from loadext.core.requests import BindingArgs
 from loadext.http import lifecycle, tls
 from loadext.http.limits import Limits
 from loadext.http.server import ServerState, create_app, create_ops_app, install_event_loop
-from loadext.sources import kube, watches
+from loadext.sources import kube, requeue, watches
 from loadext.sources.prometheus import ERROR_KINDS
 from loadext.sources.refresher import Refresher
 from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
@@ -43,6 +43,7 @@ class ServeOptions:
     configmap: ConfigMapRef | None = None
     kubeconfig: str | None = None
     watch_nodes: bool = False
+    requeue_stranded: bool = False
     reload_interval: float = 2.0
     listen: tuple[str, int] = ("0.0.0.0", 8888)
     path_prefix: str = "/"
@@ -69,6 +70,7 @@ class App:
         configmap: ConfigMapRef | None = None,
         kube_api: Any = None,  # kubernetes.client.CoreV1Api (the client ships no type hints)
         watch_nodes: bool = False,
+        requeue_stranded: bool = False,
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -84,8 +86,10 @@ class App:
         self.kube_api = kube_api
         # The herd guard needs Node allocatable: with it on at start, watch Nodes as well.
         self.watch_nodes = watch_nodes or config.herd_guard.enabled
+        self.requeue_stranded = requeue_stranded
         extender = self.extender
         self.telemetry.degraded.set_function(lambda: 1 if extender.table().degraded else 0)
+        self.telemetry.stranded.set_function(lambda: len(extender.stranded))
         self._config_applied()
 
     def apply(self, config: Config) -> None:
@@ -134,10 +138,15 @@ class App:
             health = self._health("configmap")
             started.append(watches.watch_configmap(api, self.configmap, self.reloader, health))
         if api is not None:
-            pods = watches.supervise_pod_watch(api, self.extender, self._health("pods"))
+            pods = watches.supervise_pod_watch(api, self.extender, self._health("pods"), self._unwatched("pods"))
             tasks.append(asyncio.create_task(pods, name="pod-watch"))
         elif self.extender.config.herd_guard.enabled:
             log.warning("herdGuard needs a Kubernetes API client to watch pods; only loadext's own binds count")
+        if self.requeue_stranded and api is None:
+            log.warning("--requeue-stranded needs a Kubernetes API client; stranded pods wait for the scheduler")
+        elif self.requeue_stranded:
+            retry = requeue.requeue_stranded(self.extender, api, self.telemetry)
+            tasks.append(asyncio.create_task(retry, name="requeue-stranded"))
         yield
         for task in tasks:
             task.cancel()
@@ -149,13 +158,22 @@ class App:
         self.refresher.close()
 
     def _health(self, resource: str) -> Callable[[bool], None]:
-        gauge = self.telemetry.watch_healthy.labels(resource)
-        return lambda healthy: gauge.set(1 if healthy else 0)
+        def report(healthy: bool) -> None:
+            self.telemetry.watch_healthy.labels(resource).set(1 if healthy else 0)
+
+        return report
+
+    def _unwatched(self, resource: str) -> Callable[[], None]:
+        def forget() -> None:
+            with contextlib.suppress(KeyError):
+                self.telemetry.watch_healthy.remove(resource)
+
+        return forget
 
 
 def serve(options: ServeOptions) -> int:
     """Run the extender until SIGTERM (lifecycle.py drains and stops it)."""
-    wants_api = options.kubeconfig or options.configmap or options.watch_nodes
+    wants_api = options.kubeconfig or options.configmap or options.watch_nodes or options.requeue_stranded
     api = kube.api_client(options.kubeconfig) if wants_api else None
     ref = options.configmap
     if ref is not None:
@@ -175,6 +193,7 @@ def serve(options: ServeOptions) -> int:
         configmap=ref,
         kube_api=api,
         watch_nodes=options.watch_nodes,
+        requeue_stranded=options.requeue_stranded,
         limits=options.limits,
     )
     config = app.extender.config

@@ -215,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="list/watch Nodes (address identities and pool labels with nodeCacheCapable: true; "
         "on by itself when herdGuard is enabled at start)",
     )
+    serve.add_argument(
+        "--requeue-stranded",
+        action="store_true",
+        help="when a node loadext refused becomes acceptable again for a pod its filter left without any "
+        "node, annotate that Node (loadext.io/reopened) so kube-scheduler retries the pod at once instead "
+        "of after up to 5 minutes; needs patch on nodes (docs/security.md)",
+    )
 
     check = command(
         "check-config",
@@ -350,6 +357,7 @@ def _serve(args: argparse.Namespace) -> int:
         configmap=configmap,
         kubeconfig=args.kubeconfig,
         watch_nodes=args.watch_nodes,
+        requeue_stranded=args.requeue_stranded,
         reload_interval=args.reload_interval,
         listen=args.listen,
         path_prefix=args.path_prefix,

@@ -129,6 +129,17 @@ class Telemetry:
             ["reason"],
             registry=r,
         )
+        self.stranded = Gauge(
+            "loadext_stranded_pods",
+            "Pods whose last filter call passed no node (so they wait unschedulable), seen in the last 5.5 minutes.",
+            registry=r,
+        )
+        self.requeue_nudges = Counter(
+            "loadext_requeue_nudges",
+            "Node annotations made so kube-scheduler retries stranded pods at once, by outcome (ok, error).",
+            ["outcome"],
+            registry=r,
+        )
         self.query_errors = Counter(
             "loadext_prometheus_query_errors",
             "Failed Prometheus queries by signal and error kind.",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter, not_
@@ -39,6 +39,7 @@ from loadext.core.herd import pod_estimate as estimate_from_spec
 from loadext.core.nodes import NodeDirectory, normalise_address
 from loadext.core.policy import DecisionTable, NodeState, Verdict, build_table, heat, soft_choice
 from loadext.core.requests import ExtenderArgs, PodRef, PreemptionArgs, Victims
+from loadext.core.requeue import StrandedPods
 from loadext.core.signal_health import SignalHealth
 from loadext.core.snapshot import Snapshot, SnapshotCache
 
@@ -110,6 +111,7 @@ class Extender:
     decisions: DecisionLog = field(default_factory=DecisionLog)
     inflight: InFlight = field(init=False)
     signal_health: SignalHealth = field(init=False)
+    stranded: StrandedPods = field(default_factory=StrandedPods)
     _estimates: LRUCache[str, Usage] = field(default_factory=lambda: LRUCache(maxsize=4096), init=False)
     _table: DecisionTable | None = field(default=None, init=False)
     _soft_logged: dict[str, float] = field(default_factory=dict, init=False)
@@ -213,12 +215,15 @@ class Extender:
 
     def record_bound_pod(self, pod: BoundPod) -> None:
         """A pod from the pod watch: counted while recent, forgotten once finished or deleted."""
+        self.stranded.release(pod.uid)
         if pod.finished:
             self.inflight.remove(pod.uid)
         else:
             self.record_placement(pod.uid, pod.node, pod.placed_at, self.estimate(pod))
 
     def replace_bound_pods(self, pods: list[BoundPod]) -> None:
+        for pod in pods:
+            self.stranded.release(pod.uid)
         placements = {p.uid: Placement(p.node, p.placed_at, self.estimate(p)) for p in pods if not p.finished}
         self.inflight.replace_all(placements, self.clock())
 
@@ -258,6 +263,16 @@ class Extender:
             for name, quantities in args.allocatable.items():
                 self.directory.set_allocatable(name, allocatable(quantities))
         self.directory.observe(names, addresses)
+        incoming, own = Usage(), None
+        if args is not None and args.pod is not None and self.config.herd_guard.enabled:
+            incoming = self._estimates[args.pod.uid] = self.estimate(args.pod)
+            own = self.inflight.get(args.pod.uid)
+        return self._judged_with(names, addresses, incoming, own)
+
+    def _judged_with(
+        self, names: list[str], addresses: Mapping[str, tuple[str, ...]], incoming: Usage, own: Placement | None
+    ) -> tuple[list[Verdict], list[Verdict], list[str | None], DecisionTable]:
+        """_judged for a pod of estimate `incoming` (expected on `own` by an earlier call)."""
         table = self.table()
         if self.config.node_identity.kind == "name":
             identities: list[str | None] = list(names)
@@ -267,10 +282,6 @@ class Extender:
             measured = list(map(table.verdict, identities))
         if not self.config.herd_guard.enabled or table.degraded:
             return measured, measured, identities, table
-        incoming, own = Usage(), None
-        if args is not None and args.pod is not None:
-            incoming = self._estimates[args.pod.uid] = self.estimate(args.pod)
-            own = self.inflight.get(args.pod.uid)
         now = self.clock()
         if self.config.node_identity.kind == "name":
             return measured, self._herd_by_name(names, measured, table, incoming, own, now), identities, table
@@ -374,7 +385,31 @@ class Extender:
         rejected = dict(zip(compress(args.names, refused), map(_REASON, compress(verdicts, refused)), strict=True))
         rejections = self._rejections(Tally(rejected.values()), verdicts) if rejected else ()
         unresolvable = self.config.rejected_nodes == "unresolvable"
+        self._track_stranding(args, bool(passed))
         return FilterResult(args.names, passed, rejected, unresolvable, rejections, soft)
+
+    def _track_stranding(self, args: ExtenderArgs, passed_any: bool) -> None:
+        """A filter that passes no node leaves the pod unschedulable (the extenders filter
+        last): remember it, so that it is retried once a node would take it (reopened)."""
+        pod = args.pod
+        if pod is None or not pod.uid:
+            return
+        if passed_any or not args.names:
+            self.stranded.release(pod.uid)
+        else:
+            self.stranded.strand(pod.uid, args.names, self._estimates.get(pod.uid, Usage()), self.clock())
+
+    def reopened(self) -> str | None:
+        """A node that some stranded pod was refused on and that would pass it now (load fell,
+        the herd window passed, the config changed), or None. Judged as filter would judge the
+        pod: measured load plus the herd guard's estimates and the pod's own."""
+        for incoming, nodes in self.stranded.due(self.clock()).items():
+            names = sorted(nodes)
+            _, verdicts, _, _ = self._judged_with(names, {}, incoming, None)
+            for name, verdict in zip(names, verdicts, strict=True):
+                if verdict.passed:
+                    return name
+        return None
 
     def _soft_pass(
         self, args: ExtenderArgs, measured: list[Verdict], identities: list[str | None], table: DecisionTable
@@ -417,10 +452,37 @@ class Extender:
         if args.pod is not None and args.pod.is_daemonset:
             return PreemptResult(len(args.victims), args.victims, ())
         names = list(args.victims)
-        verdicts = self.verdicts(names)
+        if args.pod is not None and self.config.herd_guard.enabled:
+            verdicts = self._preemption_verdicts(names, args.pod, args.victims)
+        else:
+            verdicts = self.verdicts(names)
         kept = {name: args.victims[name] for name, verdict in zip(names, verdicts, strict=True) if verdict.passed}
         rejections = self._rejections(Tally(v.reason for v in verdicts if not v.passed), verdicts)
         return PreemptResult(len(args.victims), kept, rejections)
+
+    def _preemption_verdicts(self, names: list[str], pod: PodRef, victims: dict[str, Victims]) -> list[Verdict]:
+        """Each node judged as it would be once its victims are gone and the preemptor runs
+        there: measured load, plus the pods in flight on it except the victims among them
+        (their estimates leave with them), plus the preemptor's own estimate. Victims placed
+        before the window are in the measured load, which keeps them (loadext has no per-pod
+        usage to take off): the judgement errs on the side of not preempting."""
+        incoming = self._estimates[pod.uid] = self.estimate(pod)
+        measured, _, identities, table = self._judged_with(names, {}, Usage(), None)
+        if table.degraded:
+            return measured
+        now = self.clock()
+        in_flight = self.inflight.per_node(now)
+        verdicts = []
+        for name, identity, verdict in zip(names, identities, measured, strict=True):
+            usage, placements = in_flight.get(name, NO_PLACEMENTS)
+            for uid in victims[name].uids:
+                placement = self.inflight.get(uid)
+                if placement is not None and placement.node == name:
+                    usage, placements = usage - placement.usage, placements - 1
+            candidate = self._candidate(name, identity, verdict, table)
+            placed = (usage, placements)
+            verdicts.append(corrected_one(candidate, placed, incoming, self.directory.allocatable, self.config, now))
+        return verdicts
 
     # --- observability --------------------------------------------------------------------
 

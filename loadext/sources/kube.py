@@ -198,3 +198,12 @@ def configmap_event(api: Any, configmap: Any, reason: str, message: str) -> None
             exc.status,
             exc.reason,
         )
+
+
+def annotate_node(api: Any, node: str, key: str, value: str) -> str:
+    """Set one annotation on a Node (a merge patch of that key alone); "" on success."""
+    try:
+        api.patch_node(node, {"metadata": {"annotations": {key: value}}})
+        return ""
+    except ApiException as exc:
+        return f"annotating node {node} failed: {exc.status} {exc.reason}"

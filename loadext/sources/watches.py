@@ -62,9 +62,10 @@ def watch_nodes(api: Any, directory: NodeDirectory, health: Health) -> kube.List
     return kube.ListWatch(api.list_node, on_list, on_event, health).start()
 
 
-async def supervise_pod_watch(api: Any, extender: Extender, health: Health) -> None:
+async def supervise_pod_watch(api: Any, extender: Extender, health: Health, unwatched: Callable[[], None]) -> None:
     """Watch bound pods while the herd guard is enabled, so a ConfigMap edit can turn it on or
-    off without a restart; stop watching (and forget) when it is off."""
+    off without a restart; stop watching (and forget) when it is off, and say so with
+    `unwatched` (the health series goes: a stopped watch is neither current nor failing)."""
     watch: kube.ListWatch | None = None
     try:
         while True:
@@ -75,6 +76,7 @@ async def supervise_pod_watch(api: Any, extender: Extender, health: Health) -> N
                 watch.stop.set()
                 watch = None
                 extender.inflight.replace_all({}, extender.clock())
+                unwatched()
             await asyncio.sleep(1.0)
     finally:
         if watch is not None:

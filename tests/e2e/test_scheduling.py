@@ -311,10 +311,13 @@ def test_address_identity_through_the_node_watch(cluster: Cluster, exporter: Exp
         cluster.loadext.set_config(e2e_config(cluster.proxy.url))
 
 
-def burst(cluster: Cluster, slug: str, run: str, count: int) -> dict[str, int]:
-    """`count` pods at once, each requesting little but allowed up to 8 cores; where they land."""
+def burst(
+    cluster: Cluster, slug: str, run: str, count: int, cpu: tuple[str, str] = ("100m", "8"), timeout: float = 60
+) -> dict[str, int]:
+    """`count` pods at once, each requesting little (cpu: request, limit; by default allowed
+    up to 8 cores); where they land."""
     resources = client.V1ResourceRequirements(
-        requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "8", "memory": "1Gi"}
+        requests={"cpu": cpu[0], "memory": "128Mi"}, limits={"cpu": cpu[1], "memory": "1Gi"}
     )
     for i in range(count):
         pod = client.V1Pod(
@@ -329,7 +332,7 @@ def burst(cluster: Cluster, slug: str, run: str, count: int) -> dict[str, int]:
         cluster.core.create_namespaced_pod(E2E_NAMESPACE, pod)
     placed: dict[str, int] = {}
     for i in range(count):
-        node = scheduled_node(cluster.core, f"{slug}-{run}-{i}", timeout=60)
+        node = scheduled_node(cluster.core, f"{slug}-{run}-{i}", timeout=timeout)
         placed[node] = placed.get(node, 0) + 1
     return placed
 
@@ -383,6 +386,67 @@ def test_herd_guard_spreads_a_burst(cluster: Cluster, exporter: Exporter, slug: 
         cluster.loadext.set_config(e2e_config(cluster.proxy.url))
 
 
+def test_a_burst_beyond_the_herd_estimates_is_spread_and_never_stranded(
+    cluster: Cluster, exporter: Exporter, slug: str
+) -> None:
+    """The case of issue #15: 50 pods (500m request, 2-core limit, so estimated at 1.7 cores)
+    onto 10 nodes of 16 cores, one idle and nine at 35-50 %, herd window 60 s. The estimates
+    fill the room under 80 % after about 34 pods; the rest must still be placed (soft mode),
+    spread, and at once, not after the window or the scheduler's 5-minute retry."""
+    nodes = [f"{slug}-{i}" for i in range(10)]
+    for node in nodes:
+        make_node(cluster.core, node, slug, cpu="16", memory="64Gi")
+    loads = {node: (0.02 if i == 0 else round(0.35 + 0.15 * (i - 1) / 8, 3), 0.3) for i, node in enumerate(nodes)}
+    set_load(exporter, loads)
+    wait_loadext_sees(cluster, loads)
+    cluster.loadext.set_config(e2e_config(cluster.proxy.url, herdGuard={"enabled": True, "window": "60s"}))
+    try:
+        # As in production, where the guard is on from the start: its pod watch is current
+        # (it replaces loadext's guess of each pod's node with the scheduler's choice).
+        watching = 'loadext_kube_watch_healthy{resource="pods"} '
+        wait_until(lambda: metric(cluster.loadext.metrics(), watching) == 1, "the pod watch", timeout=30)
+        placed = burst(cluster, slug, "burst", 50, cpu=("500m", "2"), timeout=30)
+        assert sum(placed.values()) == 50, placed
+        # Spread as the estimates level the nodes: 50 x 1.7 cores on top of the measured load
+        # brings all ten to the same level (about 92 %), the idle node's share being about 8.4.
+        per_pod = 1.7 / 16
+        level = (sum(cpu for cpu, _ in loads.values()) + 50 * per_pod) / len(nodes)
+        fair = {node: (level - loads[node][0]) / per_pod for node in nodes}
+        assert all(abs(placed.get(node, 0) - fair[node]) <= 2.5 for node in nodes), (placed, fair)
+        waited = []
+        for i in range(50):
+            pod = cluster.core.read_namespaced_pod(f"{slug}-burst-{i}", E2E_NAMESPACE)
+            bound = next(c for c in pod.status.conditions if c.type == "PodScheduled" and c.status == "True")
+            waited.append((bound.last_transition_time - pod.metadata.creation_timestamp).total_seconds())
+        assert max(waited) <= 30, waited
+    finally:
+        cluster.loadext.set_config(e2e_config(cluster.proxy.url))
+
+
+def test_a_stranded_pod_is_retried_as_soon_as_a_node_cools(cluster: Cluster, exporter: Exporter, slug: str) -> None:
+    """Every node hot: loadext refuses them all and the scheduler parks the pod. Load falling
+    is no cluster event, so without --requeue-stranded it would wait for the scheduler's
+    5-minute flush; with it, loadext annotates the node that cooled and the pod goes there."""
+    nodes = [f"{slug}-{i}" for i in range(2)]
+    for node in nodes:
+        make_node(cluster.core, node, slug)
+    hot = {node: (0.95, 0.3) for node in nodes}
+    set_load(exporter, hot)
+    wait_loadext_sees(cluster, hot)
+    make_pod(cluster.core, f"{slug}-pod", slug, "loadext-scheduler")
+    assert "loadext: cpu above 80%" in unschedulable_message(cluster.core, f"{slug}-pod")
+    assert metric(cluster.loadext.metrics(), "loadext_stranded_pods ") >= 1
+    cooled = {nodes[1]: (0.4, 0.3)}
+    set_load(exporter, cooled)
+    cooled_at = time.monotonic()
+    assert scheduled_node(cluster.core, f"{slug}-pod", timeout=30) == nodes[1]
+    assert time.monotonic() - cooled_at < 20  # seconds, not the scheduler's minutes
+    annotations = cluster.core.read_node(nodes[1]).metadata.annotations or {}
+    assert "loadext.io/reopened" in annotations
+    assert "loadext.io/reopened" not in (cluster.core.read_node(nodes[0]).metadata.annotations or {})
+    assert metric(cluster.loadext.metrics(), 'loadext_requeue_nudges_total{outcome="ok"}') >= 1
+
+
 def test_pool_overrides_by_node_label(cluster: Cluster, exporter: Exporter, slug: str) -> None:
     batch, web = f"{slug}-batch", f"{slug}-web"
     make_node(cluster.core, batch, slug, pool="batch")
@@ -433,3 +497,24 @@ def test_the_schedulers_run_the_shipped_config(cluster: Cluster) -> None:
         client.CoreV1Api(
             cluster.plane.api(cluster.plane.workdir / "loadext-loadext.kubeconfig")
         ).list_secret_for_all_namespaces()
+
+
+def test_loadexts_one_node_write_is_its_annotation(cluster: Cluster, slug: str) -> None:
+    """RBAC grants loadext `patch` on nodes for --requeue-stranded; the shipped admission
+    policy narrows it to the annotation loadext.io/reopened (docs/security.md)."""
+    make_node(cluster.core, slug, slug)
+    as_loadext = client.CoreV1Api(cluster.plane.api(cluster.plane.workdir / "loadext-loadext.kubeconfig"))
+    as_loadext.patch_node(slug, {"metadata": {"annotations": {"loadext.io/reopened": "now"}}})
+    for change in (
+        {"metadata": {"labels": {CASE_LABEL: "elsewhere"}}},
+        {"metadata": {"annotations": {"other.example/key": "x"}}},
+        {"spec": {"unschedulable": True}},
+        {"spec": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]}},
+    ):
+        with pytest.raises(ApiException) as refused:
+            as_loadext.patch_node(slug, change)
+        assert refused.value.status in (403, 422) and "loadext.io/reopened" in str(refused.value.body), change
+    node = cluster.core.read_node(slug)
+    assert node.metadata.annotations["loadext.io/reopened"] == "now" and not node.spec.unschedulable
+    assert node.metadata.labels[CASE_LABEL] == slug
+    cluster.core.patch_node(slug, {"metadata": {"labels": {"admin": "may"}}})  # others are not bound by it

@@ -64,6 +64,11 @@ def test_default_chart_is_the_kustomize_base() -> None:
         for doc in base:
             if doc["kind"] == kind:
                 assert find(chart, kind, doc["metadata"]["name"])["rules"] == doc["rules"]
+    policy = "loadext-node-annotation-only"  # what narrows --requeue-stranded's Node patch
+    assert (
+        find(chart, "ValidatingAdmissionPolicy", policy)["spec"]
+        == find(base, "ValidatingAdmissionPolicy", policy)["spec"]
+    )
     assert (
         find(chart, "NetworkPolicy", "loadext")["spec"]["ingress"][0]["ports"]
         == find(base, "NetworkPolicy", "loadext")["spec"]["ingress"][0]["ports"]
@@ -82,6 +87,7 @@ def test_non_default_values(tmp_path: Path) -> None:
         "replicas": 3,
         "logFormat": "text",
         "bind": True,
+        "requeueStranded": False,
         "mtls": {"enabled": True},
         "serviceMonitor": {"enabled": True},
         "prometheusRule": {"enabled": True},
@@ -122,6 +128,9 @@ def test_non_default_values(tmp_path: Path) -> None:
 
     role = find(docs, "ClusterRole", "edge-loadext")
     assert any("pods/binding" in rule["resources"] for rule in role["rules"])
+    # Without requeueStranded loadext writes no Node: no flag, no patch verb, no policy.
+    assert not parsed.requeue_stranded and not any("patch" in rule["verbs"] for rule in role["rules"])
+    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
     assert find(docs, "ServiceMonitor", "edge-loadext")["spec"]["endpoints"][0]["port"] == "metrics"
     rules = yaml.safe_load((ROOT / "manifests/rules/loadext-rules.yaml").read_text())
     assert find(docs, "PrometheusRule", "edge-loadext")["spec"]["groups"] == rules["groups"]
