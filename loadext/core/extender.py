@@ -273,13 +273,7 @@ class Extender:
         self, names: list[str], addresses: Mapping[str, tuple[str, ...]], incoming: Usage, own: Placement | None
     ) -> tuple[list[Verdict], list[Verdict], list[str | None], DecisionTable]:
         """_judged for a pod of estimate `incoming` (expected on `own` by an earlier call)."""
-        table = self.table()
-        if self.config.node_identity.kind == "name":
-            identities: list[str | None] = list(names)
-            measured = list(map(table.by_identity.__getitem__, names))
-        else:
-            identities = [self.identity(name, addresses.get(name, ()), table) for name in names]
-            measured = list(map(table.verdict, identities))
+        measured, identities, table = self._measured(names, addresses)
         if not self.config.herd_guard.enabled or table.degraded:
             return measured, measured, identities, table
         now = self.clock()
@@ -290,6 +284,16 @@ class Extender:
             candidates, self.inflight.per_node(now), incoming, self.directory.allocatable, self.config, now, own
         )
         return measured, guarded, identities, table
+
+    def _measured(
+        self, names: list[str], addresses: Mapping[str, tuple[str, ...]]
+    ) -> tuple[list[Verdict], list[str | None], DecisionTable]:
+        """(verdicts on measured load alone, identities, table): lookups in the current table."""
+        table = self.table()
+        if self.config.node_identity.kind == "name":
+            return list(map(table.by_identity.__getitem__, names)), list(names), table
+        identities = [self.identity(name, addresses.get(name, ()), table) for name in names]
+        return list(map(table.verdict, identities)), identities, table
 
     def _herd_by_name(
         self,
@@ -467,7 +471,7 @@ class Extender:
         before the window are in the measured load, which keeps them (loadext has no per-pod
         usage to take off): the judgement errs on the side of not preempting."""
         incoming = self._estimates[pod.uid] = self.estimate(pod)
-        measured, _, identities, table = self._judged_with(names, {}, Usage(), None)
+        measured, identities, table = self._measured(names, {})
         if table.degraded:
             return measured
         now = self.clock()

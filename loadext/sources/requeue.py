@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 ANNOTATION = "loadext.io/reopened"
 CHECK_EVERY = 1.0  # seconds between looks at the stranded pods; a look is lookups in memory
+_HINT = "loadext's ClusterRole needs patch on nodes (see docs/security.md), or run without --requeue-stranded"
 
 
 async def requeue_stranded(extender: Extender, api: Any, telemetry: Telemetry) -> None:
@@ -51,6 +52,3 @@ async def requeue_stranded(extender: Extender, api: Any, telemetry: Telemetry) -
             ANNOTATION,
             waiting,
         )
-
-
-_HINT = "loadext's ClusterRole needs patch on nodes (see docs/security.md), or run without --requeue-stranded"

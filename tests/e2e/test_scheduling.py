@@ -337,6 +337,13 @@ def burst(
     return placed
 
 
+def level_shares(loads: dict[str, tuple[float, float]], pods: int, per_pod: float) -> dict[str, float]:
+    """node -> pods it gets when `pods` pods of `per_pod` CPU ratio each bring every node to one
+    level: the placement that evens out load, which the herd guard's estimates aim at."""
+    level = (sum(cpu for cpu, _ in loads.values()) + pods * per_pod) / len(loads)
+    return {node: (level - cpu) / per_pod for node, (cpu, _) in loads.items()}
+
+
 def test_herd_guard_spreads_a_burst(cluster: Cluster, exporter: Exporter, slug: str) -> None:
     nodes = [f"{slug}-{i}" for i in range(5)]
     idle = nodes[0]
@@ -371,9 +378,7 @@ def test_herd_guard_spreads_a_burst(cluster: Cluster, exporter: Exporter, slug: 
         with_guard = burst(cluster, slug, "on", 30)
         # The fair share is the one that evens out load: 30 pods of 2.66 % on top of 35 % and 4 x 60 %
         # level all five at about 71 %, i.e. about 13.5 pods on the idle node and 4 on each other.
-        per_pod = 8 * 0.85 / 256
-        level = (sum(cpu for cpu, _ in loads.values()) + 30 * per_pod) / len(nodes)
-        fair = {node: (level - loads[node][0]) / per_pod for node in nodes}
+        fair = level_shares(loads, 30, 8 * 0.85 / 256)
         assert all(abs(with_guard.get(node, 0) - fair[node]) <= 3 for node in nodes), (with_guard, fair)
         deadline = time.monotonic() + 30
         while True:  # every pod of the burst is counted, on the node it went to
@@ -409,9 +414,7 @@ def test_a_burst_beyond_the_herd_estimates_is_spread_and_never_stranded(
         assert sum(placed.values()) == 50, placed
         # Spread as the estimates level the nodes: 50 x 1.7 cores on top of the measured load
         # brings all ten to the same level (about 92 %), the idle node's share being about 8.4.
-        per_pod = 1.7 / 16
-        level = (sum(cpu for cpu, _ in loads.values()) + 50 * per_pod) / len(nodes)
-        fair = {node: (level - loads[node][0]) / per_pod for node in nodes}
+        fair = level_shares(loads, 50, 1.7 / 16)
         assert all(abs(placed.get(node, 0) - fair[node]) <= 2.5 for node in nodes), (placed, fair)
         waited = []
         for i in range(50):
