@@ -10,6 +10,7 @@ the in-flight set).
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -81,7 +82,7 @@ class FilterResult:
 class PrioritizeResult:
     names: list[str]
     scores: list[int]  # 0..10, aligned with names
-    best: int | None  # index of the first top score; None for no candidates
+    best: int | None  # index of a top score (ties: see top_pick); None for no candidates
 
     def summary(self) -> dict[str, Any]:
         summary: dict[str, Any] = {"nodes": len(self.names)}
@@ -116,6 +117,7 @@ class Extender:
     _table: DecisionTable | None = field(default=None, init=False)
     _soft_logged: dict[str, float] = field(default_factory=dict, init=False)
     _incoming: IncomingVerdicts = field(default_factory=IncomingVerdicts, init=False)
+    _rng: random.Random = field(default_factory=random.Random, init=False)
 
     def __post_init__(self) -> None:
         self.cache = SnapshotCache(self.config.max_data_age, clock=self.clock)
@@ -446,7 +448,7 @@ class Extender:
         verdicts = self.verdicts(args.names, args)
         self._remember("prioritize", args, verdicts)
         scores = list(map(_SCORE, verdicts))
-        best = scores.index(max(scores)) if scores else None
+        best = top_pick(scores, self._rng.randrange(len(scores))) if scores else None
         if best is not None and args.pod is not None and args.pod.uid:
             self.expect_placement(args.pod.uid, args.names[best])
         return PrioritizeResult(args.names, scores, best)
@@ -541,3 +543,18 @@ class Extender:
 def _sample(items: tuple[str, ...], limit: int = 5) -> str:
     shown = ", ".join(items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def top_pick(scores: list[int], start: int) -> int:
+    """The index of the first top score at or after `start`, wrapping around.
+
+    The top node is loadext's guess of where the pod goes (expect_placement). kube-scheduler
+    breaks ties at random (selectHost), so a guess that always took the first tied node would
+    keep counting the pod on that one node, which would then look a pod busier than its peers
+    at every moment of a burst and be starved. A random start spreads the guess over the ties;
+    it costs two C-level scans, not a Python loop over the names."""
+    top = max(scores)
+    try:
+        return scores.index(top, start)
+    except ValueError:
+        return scores.index(top)

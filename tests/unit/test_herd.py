@@ -15,6 +15,7 @@ from kubernetes import client
 from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.app import App
+from loadext.core.extender import top_pick
 from loadext.core.herd import (
     Candidate,
     EstimateRule,
@@ -177,6 +178,16 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
     ext.record_bound_pod(bound_pod(v1_pod("burst-0", "ceph1", datetime.now(UTC))))  # type: ignore[arg-type]
     placed = ext.inflight.get("burst-0")
     assert placed is not None and placed.node == "ceph1"
+
+
+def test_the_guess_is_spread_over_tied_top_scores() -> None:
+    """kube-scheduler picks at random among tied nodes; loadext's guess must not always fall
+    on the first of them, or that node looks busier at every moment of a burst."""
+    scores = [3, 7, 0, 7, 7, 2, 7]
+    picks = [top_pick(scores, start) for start in range(len(scores))]
+    assert set(picks) == {1, 3, 4, 6}  # every tied top, never a lower score
+    assert all(scores[p] == 7 for p in picks)
+    assert top_pick([5], 0) == 0
 
 
 HERD_CONFIG = """
