@@ -108,6 +108,21 @@ class Scheduler:
         self.base = base
         self.placed: dict[str, list[str]] = {}
         self.calls = 0
+        self._preferred: dict[str, float] = {}
+
+    def preferred_now(self) -> str:
+        """The node loadext just scored best, from its loadext_node_preferred_total counters: on
+        a tie it picks one at random, as kube-scheduler does, and counts the pod there."""
+        with urllib.request.urlopen(self.base + "/metrics", timeout=5) as reply:
+            counts = {
+                labels["node"]: value
+                for labels, value in _series(reply.read().decode(), "loadext_node_preferred_total")
+            }
+        grown = [node for node, value in counts.items() if value > self._preferred.get(node, 0)]
+        self._preferred = counts
+        if len(grown) != 1:
+            raise SystemExit(f"demo: loadext_node_preferred_total should have grown on one node, got {counts}")
+        return grown[0]
 
     def schedule(self, name: str) -> str:
         names = list(NODES)
@@ -116,7 +131,7 @@ class Scheduler:
         scores = call(self.base + "/prioritize", {"Pod": pod(name), "Nodes": nodes(passed), "NodeNames": None})
         self.calls += 1
         ranked = sorted(scores, key=lambda s: -s["Score"])
-        best = ranked[0]["Host"] if ranked else "(none)"
+        best = self.preferred_now() if ranked else "(none)"
         self.placed.setdefault(best, []).append(name)
         print(f"\npod {name}: filter kept {len(passed)}/{len(names)} nodes")
         for node, reason in sorted(verdict["FailedAndUnresolvableNodes"].items()):

@@ -27,6 +27,7 @@ signals:
   - {name: cpu, query: cpu_ratio, threshold: 0.8, weight: 1}
   - {name: memory, query: memory_ratio, threshold: 0.9, weight: 1}
 """
+HERD_GUARDED_CONFIG = STORED_CONFIG + "herdGuard: {enabled: true, window: 5m}\n"  # the guard on, learning on
 STORED_CPU = {"ceph1": 0.3, "ceph2": 0.95, "ceph3": 0.1}
 STORED_MEMORY = {"ceph1": 0.5, "ceph2": 0.5, "ceph3": 0.5}
 

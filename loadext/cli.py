@@ -528,9 +528,11 @@ def format_pod_decisions(report: dict[str, Any]) -> str:
         lines.append(f"{verb} for {report['pod']} (config {decision['configHash']}); values are value/threshold (age):")
         if herd:
             estimate = decision["estimate"]
+            source = estimate["source"]
             lines.append(
-                f"the pod counts as {estimate['cpuCores']:g} cores, {estimate['memoryBytes'] / 2**20:.0f} MiB "
-                f"(from {estimate['source']}), added to each node with what is in flight there"
+                f"the pod counts as {estimate['cpuCores']:g} cores (from {source['cpu']}), "
+                f"{estimate['memoryBytes'] / 2**20:.0f} MiB (from {source['memory']}), "
+                "added to each node with what is in flight there"
             )
         lines.extend(_table(rows))
         lines.append("")

@@ -27,6 +27,8 @@ OUTCOMES = ("ok", "bad_request", "timeout", "overloaded", "aborted", "error")
 # From 250 us to the scheduler's default 5 s extender timeout.
 LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# -0.5 is half the real use, 1 twice it: the factor rule over a limit far above use lands high.
+ESTIMATE_ERROR_BUCKETS = (-0.9, -0.5, -0.3, -0.1, 0.1, 0.3, 0.5, 1, 2, 5, 10)
 
 NodeStates = Callable[[], Iterable[NodeState]]
 
@@ -138,6 +140,27 @@ class Telemetry:
             "loadext_requeue_nudges",
             "Node annotations made so kube-scheduler retries stranded pods at once, by outcome (ok, error).",
             ["outcome"],
+            registry=r,
+        )
+        self.pod_usage_pods = Gauge(
+            "loadext_pod_usage_pods",
+            "Pods whose own usage the last herdGuard.podUsage query returned, per resource; 0 means estimates "
+            "fall back to owner history and the factor rule.",
+            ["resource"],
+            registry=r,
+        )
+        self.pod_usage_errors = Counter(
+            "loadext_pod_usage_query_errors",
+            "Failed herdGuard.podUsage queries by resource and error kind (as for signals).",
+            ["resource", "error"],
+            registry=r,
+        )
+        self.estimate_error = Histogram(
+            "loadext_estimate_error_ratio",
+            "How far off a pod's estimate was when its own usage became known: (estimated - measured) / "
+            "measured, by resource and what the estimate came from (owner history, factor rule).",
+            ["resource", "source"],
+            buckets=ESTIMATE_ERROR_BUCKETS,
             registry=r,
         )
         self.query_errors = Counter(

@@ -17,6 +17,7 @@ import yaml
 from loadext.config.presets import DEFAULT_THRESHOLDS, PRESETS
 from loadext.config.promql import syntax_error
 from loadext.config.schema import (
+    DEFAULT_POD_USAGE,
     FAILURE_POLICIES,
     IDENTITY_KINDS,
     MISSING_DATA_POLICIES,
@@ -175,6 +176,16 @@ def _number(value: Any) -> float:
             raise ValueError(f"must be a number, got {value!r}: write {float(percent.group(1)) / 100:g}, a ratio")
         raise ValueError(f"must be a number, got {value!r}")
     return float(value)
+
+
+def _promql_or_off(value: Any) -> str:
+    """A PromQL query, or "" for off."""
+    if not isinstance(value, str):
+        raise ValueError('must be a PromQL query, or "" to turn it off')
+    problem = syntax_error(value) if value.strip() else None
+    if problem is not None:
+        raise ValueError(f"PromQL does not parse: {problem}")
+    return value.strip()
 
 
 def _positive_duration(value: Any) -> float:
@@ -358,6 +369,7 @@ def _count(value: Any) -> int:
 def _herd_guard(doc: _Section, signals: tuple[Signal, ...], refresh: float) -> HerdGuard:
     section = doc.section("herdGuard")
     best_effort = section.section("bestEffort")
+    pod_usage = section.section("podUsage")
     guard = HerdGuard(
         enabled=section.get("enabled", _boolean, False),
         window=section.get("window", _positive_duration, derive_window((s.query for s in signals), refresh)),
@@ -367,7 +379,10 @@ def _herd_guard(doc: _Section, signals: tuple[Signal, ...], refresh: float) -> H
         best_effort_memory=best_effort.get("memory", _quantity, 200.0 * 1024 * 1024),
         burst_cap=section.get("burstCap", _count, 0),
         soft=section.get("soft", _boolean, True),
+        pod_usage_cpu=pod_usage.get("cpu", _promql_or_off, DEFAULT_POD_USAGE["cpu"]),
+        pod_usage_memory=pod_usage.get("memory", _promql_or_off, DEFAULT_POD_USAGE["memory"]),
     )
+    pod_usage.finish()
     best_effort.finish()
     section.finish()
     return guard

@@ -55,6 +55,16 @@ class Scoring:
     risk_k: float = 1.0  # riskAware: how many standard deviations count as risk
 
 
+# cAdvisor's series as the kubelet serves them (kube-prometheus-stack scrapes them as is):
+# container="" is the pod-level cgroup and "POD" the pause container, both left out of the sum.
+# irate, as kube-prometheus' own per-pod recording rule: right after two scrapes, where rate()
+# under-reads a new pod until its range has filled (see settle_time).
+DEFAULT_POD_USAGE = {
+    "cpu": 'sum by (namespace, pod) (irate(container_cpu_usage_seconds_total{container!="", container!="POD"}[5m]))',
+    "memory": 'sum by (namespace, pod) (container_memory_working_set_bytes{container!="", container!="POD"})',
+}
+
+
 @dataclass(frozen=True)
 class HerdGuard:
     """Count recent placements until metrics show them; see herd.py for the estimate rule."""
@@ -67,10 +77,38 @@ class HerdGuard:
     best_effort_memory: float = 200.0 * 1024 * 1024  # bytes
     burst_cap: int = 0  # most placements per node per window; 0 = no cap
     soft: bool = True  # never refuse every candidate only because of estimates or the burst cap
+    # Pods' own usage (core/usage.py), by namespace and pod; "" turns a resource's learning off.
+    pod_usage_cpu: str = DEFAULT_POD_USAGE["cpu"]  # cores
+    pod_usage_memory: str = DEFAULT_POD_USAGE["memory"]  # bytes
+
+    @cached_property
+    def pod_usage_settle(self) -> float:
+        """Seconds a pod must have been placed before its measured usage is believed."""
+        return settle_time(q for q in (self.pod_usage_cpu, self.pod_usage_memory) if q)
+
+    def pod_usage_queries(self) -> dict[str, str]:
+        """resource -> PromQL, for the resources whose learning is on."""
+        queries = {"cpu": self.pod_usage_cpu, "memory": self.pod_usage_memory}
+        return {resource: query for resource, query in queries.items() if query}
 
 
 _RANGE = re.compile(r"\[(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)(?::[^\]]*)?\]")
 _PROMQL_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+# rate(), increase(), deriv() and the *_over_time() functions average over their whole range, so
+# a series younger than the range reads low (rate's extrapolation is capped); irate() and plain
+# gauges do not. \b keeps irate( from matching rate(.
+_AVERAGING_RANGE = re.compile(
+    r"\b(?:rate|increase|deriv|\w+_over_time)\s*\([^\[]*\[(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)(?::[^\]]*)?\]"
+)
+
+
+def settle_time(queries: Iterable[str]) -> float:
+    """The longest range an averaging function in the queries reads over: until a new pod's
+    series is that old, its value is an under-read, not its usage."""
+    ranges = [float(n) * _PROMQL_UNITS[unit] for query in queries for n, unit in _AVERAGING_RANGE.findall(query)]
+    return max(ranges, default=0.0)
 
 
 def derive_window(queries: Iterable[str], refresh_interval: float) -> float:

@@ -17,6 +17,7 @@ from loadext.config import Config
 from loadext.core.herd import Usage
 from loadext.core.policy import Verdict
 from loadext.core.snapshot import Snapshot
+from loadext.core.usage import Estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class Decision:
     snapshot: Snapshot
     config: Config
     # With the herd guard on: the pod's own estimate, and per node what was in flight then.
-    estimate: Usage | None = None
+    estimate: Estimate | None = None
     in_flight: Mapping[str, tuple[Usage, int]] | None = None
 
 

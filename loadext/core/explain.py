@@ -101,11 +101,12 @@ def explain_pod(extender: Extender, pod: str) -> dict[str, Any] | None:
                 rows[-1]["inFlight"] = _in_flight_row(decision.in_flight.get(name))
         out[verb] = {"time": decision.time, "configHash": decision.config.hash, "nodes": rows}
         if decision.estimate is not None:
+            usage, (cpu_source, memory_source) = decision.estimate.usage, decision.estimate.sources
             out[verb]["estimate"] = {
-                "cpuCores": round(decision.estimate.cpu, 3),
-                "memoryBytes": round(decision.estimate.memory),
-                # the one source so far: herdGuard's factors over the pod's requests and limits
-                "source": "factor",
+                "cpuCores": round(usage.cpu, 3),
+                "memoryBytes": round(usage.memory),
+                # per resource: measured, owner (its recent pods' median) or factor (core/usage.py)
+                "source": {"cpu": cpu_source, "memory": memory_source},
             }
     return out
 

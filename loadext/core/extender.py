@@ -14,7 +14,7 @@ import random
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import attrgetter, not_
 from typing import Any
@@ -25,6 +25,7 @@ from loadext.config import Config, Pool
 from loadext.core.decisions import Decision, DecisionLog
 from loadext.core.herd import (
     NO_PLACEMENTS,
+    RESOURCES,
     BoundPod,
     Candidate,
     EstimateRule,
@@ -43,6 +44,7 @@ from loadext.core.requests import ExtenderArgs, PodRef, PreemptionArgs, Victims
 from loadext.core.requeue import StrandedPods
 from loadext.core.signal_health import SignalHealth
 from loadext.core.snapshot import Snapshot, SnapshotCache
+from loadext.core.usage import Estimate, EstimateError, PodKey, UsageHistory
 
 log = logging.getLogger(__name__)
 _PASSED, _REASON, _SCORE = attrgetter("passed"), attrgetter("reason"), attrgetter("score")
@@ -113,7 +115,10 @@ class Extender:
     inflight: InFlight = field(init=False)
     signal_health: SignalHealth = field(init=False)
     stranded: StrandedPods = field(default_factory=StrandedPods)
-    _estimates: LRUCache[str, Usage] = field(default_factory=lambda: LRUCache(maxsize=4096), init=False)
+    usage: UsageHistory = field(default_factory=UsageHistory)
+    _estimates: LRUCache[str, Estimate] = field(default_factory=lambda: LRUCache(maxsize=4096), init=False)
+    _estimate_errors: list[EstimateError] = field(default_factory=list, init=False)  # until publish_pod_usage
+    _errors_noted: LRUCache[tuple[str, str], bool] = field(default_factory=lambda: LRUCache(maxsize=65536), init=False)
     _table: DecisionTable | None = field(default=None, init=False)
     _soft_logged: dict[str, float] = field(default_factory=dict, init=False)
     _incoming: IncomingVerdicts = field(default_factory=IncomingVerdicts, init=False)
@@ -205,15 +210,28 @@ class Extender:
 
     # --- the herd guard's inputs ----------------------------------------------------------
 
-    def estimate(self, pod: PodRef | BoundPod) -> Usage:
+    def estimate(self, pod: PodRef | BoundPod) -> Estimate:
+        """The pod's usage as learned (core/usage.py): its owner's recent pods', else the
+        factor rule. Once placed and measured, its own usage replaces it (_with_measured)."""
         guard = self.config.herd_guard
         rule = EstimateRule(
             guard.cpu_limit_factor, guard.memory_limit_factor, Usage(guard.best_effort_cpu, guard.best_effort_memory)
         )
-        return estimate_from_spec(pod.containers, pod.init_containers, pod.overhead, rule)
+        factor = estimate_from_spec(pod.containers, pod.init_containers, pod.overhead, rule)
+        return self.usage.estimate(pod.owner, factor)
+
+    def _settled(self, placed_at: float) -> bool:
+        """Placed long enough ago that its measured usage is its usage (HerdGuard.pod_usage_settle)."""
+        return self.clock() - placed_at >= self.config.herd_guard.pod_usage_settle
 
     def record_placement(self, uid: str, node: str, placed_at: float, usage: Usage) -> None:
         self.inflight.place(uid, Placement(node, placed_at, usage), self.clock())
+
+    def _placement(self, pod: BoundPod) -> Placement:
+        key = (pod.namespace, pod.name)
+        self.usage.learn_pod(pod.uid, key, pod.owner, pod.placed_at)
+        estimate = self.estimate(pod)
+        return self._with_measured(pod.uid, Placement(pod.node, pod.placed_at, estimate.usage, key, estimate.sources))
 
     def record_bound_pod(self, pod: BoundPod) -> None:
         """A pod from the pod watch: counted while recent, forgotten once finished or deleted."""
@@ -221,13 +239,42 @@ class Extender:
         if pod.finished:
             self.inflight.remove(pod.uid)
         else:
-            self.record_placement(pod.uid, pod.node, pod.placed_at, self.estimate(pod))
+            self.inflight.place(pod.uid, self._placement(pod), self.clock())
 
     def replace_bound_pods(self, pods: list[BoundPod]) -> None:
         for pod in pods:
             self.stranded.release(pod.uid)
-        placements = {p.uid: Placement(p.node, p.placed_at, self.estimate(p)) for p in pods if not p.finished}
+        placements = {p.uid: self._placement(p) for p in pods if not p.finished}
         self.inflight.replace_all(placements, self.clock())
+
+    def publish_pod_usage(self, measured: Mapping[str, Mapping[PodKey, float]]) -> list[EstimateError]:
+        """A refresh round's measured usage per pod: it teaches the owners' history, and each
+        pod in flight that has it is counted with it from now on instead of its estimate.
+        Returns how far off the estimates it replaced (since the last call) were."""
+        now = self.clock()
+        self.usage.publish(measured, now - self.config.herd_guard.pod_usage_settle)
+        if measured:
+            for uid, placement in self.inflight.placements():
+                self.inflight.place(uid, self._with_measured(uid, placement), now)  # a no-op if unchanged
+        errors, self._estimate_errors = self._estimate_errors, []
+        return errors
+
+    def _with_measured(self, uid: str, placement: Placement) -> Placement:
+        """The placement with its pod's measured usage, per resource where Prometheus has it
+        and the pod is settled; the first time for a pod, how far off its estimate was is
+        noted for loadext_estimate_error_ratio."""
+        if placement.pod is None or not self._settled(placement.placed_at):
+            return placement  # loadext's own guess (the watch replaces it), or too young to measure
+        values, sources = [placement.usage.cpu, placement.usage.memory], list(placement.sources)
+        for i, resource in enumerate(RESOURCES):
+            value = self.usage.measured(placement.pod, resource)
+            if value is None:
+                continue
+            if sources[i] != "measured" and value > 0 and (uid, resource) not in self._errors_noted:
+                self._errors_noted[uid, resource] = True
+                self._estimate_errors.append(EstimateError(resource, sources[i], (values[i] - value) / value))
+            values[i], sources[i] = value, "measured"
+        return replace(placement, usage=Usage(values[0], values[1]), sources=(sources[0], sources[1]))
 
     def record_binding(self, uid: str, node: str) -> None:
         """loadext bound the pod itself: count it now, before the watch reports it."""
@@ -242,9 +289,9 @@ class Extender:
 
     def _count_now(self, uid: str, node: str) -> None:
         """Place a pod loadext has judged (so its estimate is known) on a node from now."""
-        usage = self._estimates.get(uid)
-        if usage is not None and self.config.herd_guard.enabled:
-            self.record_placement(uid, node, self.clock(), usage)
+        estimate = self._estimates.get(uid)
+        if estimate is not None and self.config.herd_guard.enabled:
+            self.record_placement(uid, node, self.clock(), estimate.usage)
 
     # --- verbs ----------------------------------------------------------------------------
 
@@ -267,8 +314,8 @@ class Extender:
         self.directory.observe(names, addresses)
         incoming, own = Usage(), None
         if args is not None and args.pod is not None and self.config.herd_guard.enabled:
-            incoming = self._estimates[args.pod.uid] = self.estimate(args.pod)
-            own = self.inflight.get(args.pod.uid)
+            estimate = self._estimates[args.pod.uid] = self.estimate(args.pod)
+            incoming, own = estimate.usage, self.inflight.get(args.pod.uid)
         return self._judged_with(names, addresses, incoming, own)
 
     def _judged_with(
@@ -403,7 +450,8 @@ class Extender:
         if passed_any or not args.names:
             self.stranded.release(pod.uid)
         else:
-            self.stranded.strand(pod.uid, args.names, self._estimates.get(pod.uid, Usage()), self.clock())
+            estimate = self._estimates.get(pod.uid)
+            self.stranded.strand(pod.uid, args.names, estimate.usage if estimate else Usage(), self.clock())
 
     def reopened(self) -> str | None:
         """A node that some stranded pod was refused on and that would pass it now (load fell,
@@ -469,15 +517,17 @@ class Extender:
     def _preemption_verdicts(self, names: list[str], pod: PodRef, victims: dict[str, Victims]) -> list[Verdict]:
         """Each node judged as it would be once its victims are gone and the preemptor runs
         there: measured load, plus the pods in flight on it except the victims among them
-        (their estimates leave with them), plus the preemptor's own estimate. Victims placed
-        before the window are in the measured load, which keeps them (loadext has no per-pod
-        usage to take off): the judgement errs on the side of not preempting."""
-        incoming = self._estimates[pod.uid] = self.estimate(pod)
+        (their estimates leave with them), minus the measured usage of the victims placed
+        before (herdGuard.podUsage; a victim not measured stays in the load, erring on the
+        side of not preempting), plus the preemptor's own estimate."""
+        estimate = self._estimates[pod.uid] = self.estimate(pod)
+        incoming = estimate.usage
         measured, identities, table = self._measured(names, {})
         if table.degraded:
             return measured
         now = self.clock()
         in_flight = self.inflight.per_node(now)
+        settled_before = now - self.config.herd_guard.pod_usage_settle
         verdicts = []
         for name, identity, verdict in zip(names, identities, measured, strict=True):
             usage, placements = in_flight.get(name, NO_PLACEMENTS)
@@ -485,6 +535,8 @@ class Extender:
                 placement = self.inflight.get(uid)
                 if placement is not None and placement.node == name:
                     usage, placements = usage - placement.usage, placements - 1
+                elif placement is None:
+                    usage = usage - self.usage.measured_by_uid(uid, settled_before)
             candidate = self._candidate(name, identity, verdict, table)
             placed = (usage, placements)
             verdicts.append(corrected_one(candidate, placed, incoming, self.directory.allocatable, self.config, now))

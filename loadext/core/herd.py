@@ -102,6 +102,9 @@ class BoundPod:
     init_containers: tuple[tuple[dict[str, object], dict[str, object]], ...]
     overhead: dict[str, object]
     finished: bool
+    namespace: str = ""
+    name: str = ""
+    owner: str = ""  # usage.owner_of: "namespace/Kind/name", or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,8 @@ class Placement:
     node: str
     placed_at: float  # wall time from the pod's PodScheduled condition, so restarts do not re-date
     usage: Usage
+    pod: tuple[str, str] | None = None  # (namespace, name): where its measured usage is found
+    sources: tuple[str, str] = ("factor", "factor")  # of usage, per resource (usage.Estimate)
 
 
 class InFlight:
@@ -154,6 +159,10 @@ class InFlight:
 
     def get(self, uid: str) -> Placement | None:
         return self._pods.get(uid)
+
+    def placements(self) -> list[tuple[str, Placement]]:
+        """(uid, placement) of every pod in flight, a copy: safe to place() while iterating."""
+        return list(self._pods.items())
 
     def replace_all(self, placements: Mapping[str, Placement], now: float) -> None:
         self._pods, self._by_node, self._per_node, self._expiry = {}, {}, {}, []

@@ -19,6 +19,7 @@ import orjson
 from loadext.core.extender import FilterResult, PreemptResult, PrioritizeResult
 from loadext.core.policy import MAX_EXTENDER_PRIORITY
 from loadext.core.requests import BindingArgs, ExtenderArgs, PodRef, PreemptionArgs, Quantities, Victims
+from loadext.core.usage import owner_of
 
 
 class ProtocolError(ValueError):
@@ -46,12 +47,15 @@ NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 class _OwnerReference(msgspec.Struct):
     kind: str = ""
+    name: str = ""
+    controller: bool | None = None
 
 
 class _ObjectMeta(msgspec.Struct):
     name: str = ""
     namespace: str = ""
     uid: str = ""
+    labels: dict[str, str] | None = None
     ownerReferences: list[_OwnerReference] | None = None
 
 
@@ -166,11 +170,17 @@ def _pod(raw: msgspec.Raw) -> PodRef | None:
         return None
     meta = pod.metadata or _ObjectMeta()
     spec = pod.spec or _PodSpec()
+    refs = meta.ownerReferences or ()
     return PodRef(
         namespace=meta.namespace,
         name=meta.name,
         uid=meta.uid,
-        owner_kinds=tuple(ref.kind for ref in meta.ownerReferences or ()),
+        owner_kinds=tuple(ref.kind for ref in refs),
+        owner=owner_of(
+            meta.namespace,
+            ((ref.kind, ref.name, bool(ref.controller)) for ref in refs),
+            (meta.labels or {}).get("pod-template-hash", ""),
+        ),
         containers=_requirements(spec.containers),
         init_containers=_requirements(spec.initContainers),
         overhead=spec.overhead or {},

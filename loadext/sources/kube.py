@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from loadext.core.herd import BoundPod
 from loadext.core.requests import BindingArgs
+from loadext.core.usage import owner_of
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,13 @@ def bound_pod(pod: Any) -> BoundPod | None:
         if condition.type == "PodScheduled" and condition.status == "True" and condition.last_transition_time:
             placed = condition.last_transition_time
     phase = pod.status.phase if pod.status else None
+    meta = pod.metadata
+    refs = ((ref.kind, ref.name, bool(ref.controller)) for ref in meta.owner_references or ())
     return BoundPod(
-        uid=pod.metadata.uid,
+        uid=meta.uid,
+        namespace=meta.namespace or "",
+        name=meta.name or "",
+        owner=owner_of(meta.namespace or "", refs, (meta.labels or {}).get("pod-template-hash", "")),
         node=pod.spec.node_name,
         placed_at=placed.timestamp() if placed else 0.0,
         containers=_requirements(pod.spec.containers),

@@ -104,6 +104,11 @@ class PrometheusSource:
         parsed.warnings = warnings
         return parsed
 
+    def query_pods(self, name: str, promql: str) -> tuple[dict[tuple[str, str], float], list[str]]:
+        """Blocking: a per-pod usage query's (namespace, pod) -> value, and its warnings."""
+        data, warnings = self._get(name, "/api/v1/query", {"query": promql}, "vector")
+        return parse_pod_vector(data), warnings
+
     def query_range(self, promql: str, start: float, end: float, step: float) -> Any:
         """A range query's raw matrix (for replay); errors classified like instant queries."""
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}s"}
@@ -199,3 +204,24 @@ def parse_matrix(result: Any, identity_label: str, identity_kind: str) -> dict[f
         except (KeyError, TypeError, ValueError) as exc:
             raise QueryError("result_type", f"not a range-matrix series: {series!r:.200}") from exc
     return {stamp: parse_vector(vector, identity_label, identity_kind) for stamp, vector in vectors.items()}
+
+
+def parse_pod_vector(result: Any) -> dict[tuple[str, str], float]:
+    """A per-pod vector as (namespace, pod) -> value, in the query's unit (cores, bytes).
+    Series without both labels, negative values and NaN/Inf are dropped: a pod is then
+    estimated as if it were not measured, never from garbage."""
+    if not isinstance(result, list):
+        raise QueryError("result_type", f"expected an instant vector, got {type(result).__name__}")
+    pods: dict[tuple[str, str], float] = {}
+    for item in result:
+        try:
+            metric, (_, raw) = item["metric"], item["value"]
+            value = float(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise QueryError("result_type", f"not an instant-vector sample: {item!r:.200}") from exc
+        namespace, pod = metric.get("namespace"), metric.get("pod")
+        if not namespace or not pod or not math.isfinite(value) or value < 0:
+            continue
+        key = (str(namespace), str(pod))
+        pods[key] = max(value, pods.get(key, 0.0))  # two series for one pod (two scrape jobs): the higher
+    return pods

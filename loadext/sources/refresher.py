@@ -18,6 +18,7 @@ from loadext.config import PrometheusConfig
 from loadext.core.extender import Extender
 from loadext.core.policy import DecisionTable
 from loadext.core.snapshot import SignalValues, Snapshot, SnapshotCache
+from loadext.core.usage import PodKey
 from loadext.sources.prometheus import PrometheusSource, QueryError, QueryResult
 from loadext.telemetry import Telemetry
 
@@ -31,6 +32,7 @@ class Refresher:
         self._source: PrometheusSource | None = None
         self._source_config: PrometheusConfig | None = None
         self._wake = asyncio.Event()
+        self._pod_usage_problems: dict[str, str] = {}  # resource -> what is wrong ("" = fine)
 
     def _current_source(self) -> PrometheusSource:
         wanted = self.extender.config.prometheus
@@ -47,7 +49,8 @@ class Refresher:
     async def refresh_once(self) -> None:
         config = self.extender.config
         source = self._current_source()
-        results = await asyncio.gather(*(self._query(source, s.name, config.query_for(s)) for s in config.signals))
+        signals = asyncio.gather(*(self._query(source, s.name, config.query_for(s)) for s in config.signals))
+        results, _ = await asyncio.gather(signals, self._refresh_pod_usage(source))
         stored = [
             SignalValues(signal.name, result.values, result.timestamp, result.means, result.stddevs)
             for signal, result in zip(config.signals, results, strict=True)
@@ -66,6 +69,47 @@ class Refresher:
             telemetry.snapshot_timestamp.set(snapshot.newest)
         for signal in config.signals:
             telemetry.series.labels(signal.name).set(snapshot.series_counts.get(signal.name, 0))
+
+    async def _refresh_pod_usage(self, source: PrometheusSource) -> None:
+        """With the herd guard on: each pod's own usage, for learned estimates (core/usage.py)."""
+        guard = self.extender.config.herd_guard
+        queries = guard.pod_usage_queries() if guard.enabled else {}
+        if not queries:
+            return
+        found = await asyncio.gather(*(self._query_pods(source, r, q) for r, q in queries.items()))
+        measured = {resource: pods for resource, pods in zip(queries, found, strict=True) if pods is not None}
+        for error in self.extender.publish_pod_usage(measured):
+            self.telemetry.estimate_error.labels(error.resource, error.source).observe(error.ratio)
+
+    async def _query_pods(self, source: PrometheusSource, resource: str, promql: str) -> dict[PodKey, float] | None:
+        try:
+            pods, warnings = await asyncio.to_thread(source.query_pods, f"podUsage.{resource}", promql)
+        except QueryError as exc:
+            self.telemetry.pod_usage_errors.labels(resource, exc.kind).inc()
+            self.telemetry.pod_usage_pods.labels(resource).set(0)
+            self._pod_usage_state(resource, f"the query failed ({exc})")
+            return None
+        for warning in warnings:
+            log.warning("prometheus warning for herdGuard.podUsage.%s: %s", resource, warning)
+        self.telemetry.pod_usage_pods.labels(resource).set(len(pods))
+        self._pod_usage_state(resource, "" if pods else "the query returned no pod with namespace and pod labels")
+        return pods
+
+    def _pod_usage_state(self, resource: str, problem: str) -> None:
+        """One log line per change: a query that fails every round says so once, not every round."""
+        if self._pod_usage_problems.get(resource, "") == problem:
+            return
+        self._pod_usage_problems[resource] = problem
+        if problem:
+            log.warning(
+                "herdGuard.podUsage.%s: %s; %s estimates fall back to owner history and the factor rule "
+                "(loadext_pod_usage_pods shows when pods are measured again)",
+                resource,
+                problem,
+                resource,
+            )
+        else:
+            log.info("herdGuard.podUsage.%s: pods are measured; their estimates learn from it", resource)
 
     async def _query(self, source: PrometheusSource, signal: str, promql: str) -> QueryResult | None:
         identity = self.extender.config.node_identity

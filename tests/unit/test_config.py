@@ -112,10 +112,28 @@ scoring: {strategy: mostFree}
         ("prometheus: [\n", "invalid YAML"),
         ("- 1\n", "<document>: must be a mapping"),
         (BASE + "preset: kube-prometheus\nextra: 1\n", "line 3: extra: unknown key"),
+        (
+            BASE + "preset: kube-prometheus\nherdGuard:\n  podUsage:\n    cpu: sum(rate(x[2m])\n",
+            "line 5: herdGuard.podUsage.cpu: PromQL does not parse",
+        ),
+        (
+            BASE + "preset: kube-prometheus\nherdGuard: {podUsage: {cpu: 3}}\n",
+            "herdGuard.podUsage.cpu: must be a PromQL",
+        ),
+        (BASE + "preset: kube-prometheus\nherdGuard: {podUsage: {disk: x}}\n", "herdGuard.podUsage.disk: unknown key"),
     ],
 )
 def test_rejected_documents(text: str, expected: str) -> None:
     assert any(expected in error for error in errors_of(text)), errors_of(text)
+
+
+def test_pod_usage_learning_is_on_by_default_and_off_per_resource() -> None:
+    guard = parse_config(BASE + "preset: kube-prometheus\n").herd_guard
+    assert set(guard.pod_usage_queries()) == {"cpu", "memory"} and guard.pod_usage_settle == 0  # irate
+    off = parse_config(BASE + "preset: kube-prometheus\nherdGuard: {podUsage: {memory: ''}}\n").herd_guard
+    assert set(off.pod_usage_queries()) == {"cpu"}
+    slow = "herdGuard: {podUsage: {cpu: 'sum by (namespace, pod) (rate(c[3m]))'}}\n"
+    assert parse_config(BASE + "preset: kube-prometheus\n" + slow).herd_guard.pod_usage_settle == 180
 
 
 def test_hash_tracks_effective_config_not_formatting() -> None:

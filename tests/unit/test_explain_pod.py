@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from harness.inprocess import client_for, post, stored_app
+from harness.inprocess import HERD_GUARDED_CONFIG, client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.cli import format_pod_decisions
 from loadext.core.herd import Usage
@@ -38,29 +38,21 @@ async def test_unknown_pod_is_a_404_naming_it(aiohttp_client: Any) -> None:
     assert "default/nobody" in (await reply.json())["error"]
 
 
-HERD_CONFIG = """
-prometheus: {url: "http://127.0.0.1:1"}
-signals:
-  - {name: cpu, query: c, threshold: 0.8, weight: 1}
-  - {name: memory, query: m, threshold: 0.9, weight: 1}
-herdGuard: {enabled: true, window: 5m}
-"""
-
-
 async def test_explain_pod_shows_the_pods_estimate_and_what_was_in_flight_per_node(aiohttp_client: Any) -> None:
-    app = stored_app(HERD_CONFIG)
+    app = stored_app(HERD_GUARDED_CONFIG)
     app.extender.record_placement("earlier", "ceph3", time.time(), Usage(2.0, 2**30))
     client = await client_for(aiohttp_client, app)
     await post(client, "/filter", fixture_bytes("filter-nodes.json"))  # cpu request 500m, limit 2
     app.extender.record_placement("later", "ceph1", time.time(), Usage(1.0, 0))  # after the decision
     report = await (await client.get("/explain", params={"pod": "analytics/ingest-0"})).json()
     memory = round(0.7 * 2 * 2**30)  # herdGuard's factor x the 2Gi memory limit
-    assert report["filter"]["estimate"] == {"cpuCores": 1.7, "memoryBytes": memory, "source": "factor"}
+    factor = {"cpu": "factor", "memory": "factor"}  # no measured usage, no owner history
+    assert report["filter"]["estimate"] == {"cpuCores": 1.7, "memoryBytes": memory, "source": factor}
     in_flight = {row["node"]: row["inFlight"] for row in report["filter"]["nodes"]}
     assert in_flight == {"ceph2": None, "ceph3": {"pods": 1, "cpuCores": 2.0, "memoryBytes": 2**30}, "ceph1": None}
     table = format_pod_decisions(report)
     assert "IN FLIGHT" in table and "1 pod, 2 cores" in table
-    assert f"the pod counts as 1.7 cores, {memory / 2**20:.0f} MiB (from factor)" in table
+    assert f"the pod counts as 1.7 cores (from factor), {memory / 2**20:.0f} MiB (from factor)" in table
 
 
 async def test_explain_pod_without_the_herd_guard_has_no_estimate(aiohttp_client: Any) -> None:

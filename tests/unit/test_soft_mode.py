@@ -42,7 +42,7 @@ def one_pod_placed_on_every_node(app: App) -> None:
     pod = decode_extender_args(fixture_bytes("filter-names.json")).args.pod
     assert pod is not None
     for node in ("ceph1", "ceph2", "ceph3"):
-        extender.record_placement(f"recent-{node}", node, time.time(), extender.estimate(pod))
+        extender.record_placement(f"recent-{node}", node, time.time(), extender.estimate(pod).usage)
 
 
 async def test_a_burst_cap_on_every_node_does_not_strand_the_pod(aiohttp_client: Any) -> None:

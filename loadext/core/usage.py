@@ -1,0 +1,139 @@
+"""Learned usage estimates: what a pod will really use, learned from what pods really use.
+
+The factor rule (herd.py) guesses a pod's usage from its spec, and a spec's limit can be far
+above use: a 3-core limit counted as 2.55 cores against 0.97 used refuses nodes that have room.
+So each resource of an estimate comes from the best source there is, in this order:
+
+1. measured: the pod's own usage, once Prometheus has it (herdGuard.podUsage queries, the
+   cAdvisor series by namespace and pod). Only pods already placed have it: it replaces their
+   estimate in the node's in-flight correction for the rest of the window.
+2. owner: the median of the latest measured usage of the owner's recent pods (the same
+   ReplicaSet, StatefulSet, Job, ...; a Deployment's ReplicaSets count as one owner, so a
+   rollout keeps its history). The median is the estimate least far off in absolute terms.
+3. factor: the factor rule over the pod's requests and limits, when nothing is measured.
+
+Memory is bounded whatever the cluster does: OWNERS owners (LRU), PODS_PER_OWNER pods each,
+and KNOWN_PODS pod-to-owner entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from statistics import median
+from typing import Literal
+
+from cachetools import LRUCache
+
+from loadext.core.herd import RESOURCES, Usage
+
+EstimateSource = Literal["measured", "owner", "factor"]
+ESTIMATE_SOURCES: tuple[EstimateSource, ...] = ("measured", "owner", "factor")
+PodKey = tuple[str, str]  # (namespace, name): how the cAdvisor series name a pod
+OwnerRef = tuple[str, str, bool]  # (kind, name, controller) of one ownerReference
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    usage: Usage
+    sources: tuple[EstimateSource, EstimateSource]  # per resource, in RESOURCES order (cpu, memory)
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateError:
+    """How far off an estimate was when the pod's own usage became known: (estimated -
+    measured) / measured, so 1.0 is twice the real use and -0.5 half of it."""
+
+    resource: str
+    source: str  # what the estimate came from: owner or factor
+    ratio: float
+
+
+def owner_of(namespace: str, refs: Iterable[OwnerRef], template_hash: str = "") -> str:
+    """The pod's controller as "namespace/Kind/name" ("" without one). A ReplicaSet named
+    `<deployment>-<pod-template-hash>` folds into its Deployment, so a new revision starts
+    with the history of the old one rather than none."""
+    listed = list(refs)
+    chosen = next((ref for ref in listed if ref[2]), listed[0] if listed else None)
+    if chosen is None or not chosen[1]:
+        return ""
+    kind, name, _ = chosen
+    if kind == "ReplicaSet" and template_hash and name.endswith("-" + template_hash):
+        kind, name = "Deployment", name[: -len(template_hash) - 1]
+    return f"{namespace}/{kind}/{name}"
+
+
+class UsageHistory:
+    """Measured usage per pod, as of the last refresh, and per owner its recent pods' usage."""
+
+    OWNERS = 4096
+    PODS_PER_OWNER = 32
+    KNOWN_PODS = 65536
+
+    def __init__(self) -> None:
+        self._measured: dict[str, Mapping[PodKey, float]] = {}  # resource -> pod -> value
+        self._by_uid: LRUCache[str, tuple[PodKey, float]] = LRUCache(maxsize=self.KNOWN_PODS)  # pod, placed_at
+        self._owner_of: LRUCache[PodKey, tuple[str, float]] = LRUCache(maxsize=self.KNOWN_PODS)  # owner, placed_at
+        self._by_owner: LRUCache[str, LRUCache[PodKey, dict[str, float]]] = LRUCache(maxsize=self.OWNERS)
+
+    def learn_pod(self, uid: str, pod: PodKey, owner: str, placed_at: float) -> None:
+        """A pod the watch saw bound: found by UID (preempt's victims), and its usage, once
+        measured, teaches its owner."""
+        self._by_uid[uid] = (pod, placed_at)
+        self.learn_owner(pod, owner, placed_at)
+
+    def learn_owner(self, pod: PodKey, owner: str, placed_at: float) -> None:
+        if owner:
+            self._owner_of[pod] = (owner, placed_at)
+
+    def publish(self, measured: Mapping[str, Mapping[PodKey, float]], settled_before: float) -> None:
+        """One refresh round's measured usage per resource (a resource absent: its query is off
+        or failed, and nothing is known of it this round). Only pods placed before
+        `settled_before` teach their owner: a younger pod's series may still read low."""
+        self._measured = dict(measured)
+        for resource, values in measured.items():
+            for pod, value in values.items():
+                known = self._owner_of.get(pod)
+                if known is None or known[1] > settled_before:
+                    continue
+                owner = known[0]
+                pods = self._by_owner.get(owner)
+                if pods is None:
+                    pods = self._by_owner[owner] = LRUCache(maxsize=self.PODS_PER_OWNER)
+                pods.setdefault(pod, {})[resource] = value
+
+    def measured_by_uid(self, uid: str, settled_before: float) -> Usage:
+        """A bound pod's measured usage (0 for what is not measured, or not yet believable)."""
+        known = self._by_uid.get(uid)
+        if known is None or known[1] > settled_before:
+            return Usage()
+        pod = known[0]
+        return Usage(self.measured(pod, "cpu") or 0.0, self.measured(pod, "memory") or 0.0)
+
+    def measured(self, pod: PodKey, resource: str) -> float | None:
+        values = self._measured.get(resource)
+        return values.get(pod) if values is not None else None
+
+    def owner_median(self, owner: str, resource: str) -> float | None:
+        pods = self._by_owner.get(owner) if owner else None
+        if not pods:
+            return None
+        values = [usage[resource] for usage in pods.values() if resource in usage]
+        return median(values) if values else None
+
+    def estimate(self, owner: str, factor: Usage) -> Estimate:
+        """A pod's estimate before its own usage is known: per resource, its owner's history,
+        else the factor rule's value. (Measured usage replaces it once placed: Extender.)"""
+        values: list[float] = []
+        sources: list[EstimateSource] = []
+        for resource in RESOURCES:
+            value = self.owner_median(owner, resource)
+            source: EstimateSource = "owner"
+            if value is None:
+                value, source = factor.get(resource), "factor"
+            values.append(value)
+            sources.append(source)
+        return Estimate(Usage(values[0], values[1]), (sources[0], sources[1]))
+
+    def __len__(self) -> int:
+        return len(self._by_owner)

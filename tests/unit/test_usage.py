@@ -1,0 +1,127 @@
+"""Learned usage estimates (core/usage.py): the source order, owner history and its bounds, and
+how a measured pod changes its node's in-flight correction."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from harness.inprocess import HERD_GUARDED_CONFIG, client_for, post, stored_app
+from harness.wire import fixture_bytes
+from loadext.config.schema import settle_time
+from loadext.core.herd import BoundPod, Usage
+from loadext.core.requests import ExtenderArgs, PodRef
+from loadext.core.usage import UsageHistory, owner_of
+from loadext.sources.prometheus import QueryError, parse_pod_vector
+
+FACTOR = Usage(1.7, 2**30)
+
+
+def test_owner_is_the_controller_and_a_deployments_replicasets_are_one_owner() -> None:
+    refs = [("Node", "n1", False), ("ReplicaSet", "web-7d9f", True)]
+    assert owner_of("shop", refs, "7d9f") == "shop/Deployment/web"  # a rollout keeps its history
+    assert owner_of("shop", refs) == "shop/ReplicaSet/web-7d9f"  # no hash label: the ReplicaSet itself
+    assert owner_of("shop", [("StatefulSet", "db", False)]) == "shop/StatefulSet/db"  # no controller flag: the first
+    assert owner_of("shop", []) == ""
+
+
+def test_each_resource_takes_the_best_source_there_is() -> None:
+    history = UsageHistory()
+    assert history.estimate("ns/Job/j", FACTOR).sources == ("factor", "factor")
+    cpu = {("ns", "j-0"): 0.2, ("ns", "j-1"): 0.3, ("ns", "j-2"): 0.9}
+    for pod in cpu:
+        history.learn_owner(pod, "ns/Job/j", 0.0)
+    history.publish({"cpu": cpu}, settled_before=1.0)  # no memory query
+    new = history.estimate("ns/Job/j", FACTOR)
+    assert new.usage == Usage(0.3, FACTOR.memory) and new.sources == ("owner", "factor")  # the median
+    assert history.measured(("ns", "j-2"), "cpu") == 0.9 and history.measured(("ns", "j-2"), "memory") is None
+    stranger = history.estimate("ns/Job/other", FACTOR)
+    assert stranger.usage == FACTOR and stranger.sources == ("factor", "factor")
+
+
+def test_history_stays_bounded_however_many_pods_and_owners() -> None:
+    history = UsageHistory()
+    pods = {("ns", f"big-{i}"): float(i) for i in range(1000)}
+    for pod in pods:
+        history.learn_owner(pod, "ns/ReplicaSet/big", 0.0)
+    history.publish({"cpu": pods}, settled_before=1.0)
+    kept = history._by_owner["ns/ReplicaSet/big"]
+    assert len(kept) == UsageHistory.PODS_PER_OWNER  # the most recent pods, not a thousand
+    for i in range(UsageHistory.OWNERS + 100):
+        history.learn_owner(("ns", f"solo-{i}"), f"ns/Job/solo-{i}", 0.0)
+    history.publish({"cpu": {("ns", f"solo-{i}"): 0.1 for i in range(UsageHistory.OWNERS + 100)}}, settled_before=1.0)
+    assert len(history) == UsageHistory.OWNERS
+
+
+def test_a_pod_younger_than_its_querys_averaging_range_teaches_nothing() -> None:
+    """rate(...[2m]) of a series one scrape old reads a fraction of the real rate: such a
+    value is no usage, neither for the pod nor for its owner's history."""
+    assert settle_time(["sum by (namespace, pod) (rate(x[2m]))"]) == 120
+    assert settle_time(["irate(x[5m])", "gauge"]) == 0  # right after two scrapes
+    history = UsageHistory()
+    history.learn_owner(("ns", "old"), "ns/Job/j", placed_at=100.0)
+    history.learn_owner(("ns", "young"), "ns/Job/j", placed_at=290.0)
+    history.publish({"cpu": {("ns", "old"): 0.5, ("ns", "young"): 0.01}}, settled_before=300.0 - 120)
+    assert history.owner_median("ns/Job/j", "cpu") == 0.5
+
+
+def test_a_usage_query_reply_of_garbage_is_dropped_or_refused() -> None:
+    result = [
+        {"metric": {"namespace": "ns", "pod": "a"}, "value": [1, "0.5"]},
+        {"metric": {"namespace": "ns", "pod": "a"}, "value": [1, "0.7"]},  # a second scrape job: the higher
+        {"metric": {"pod": "no-namespace"}, "value": [1, "1"]},
+        {"metric": {"namespace": "ns", "pod": "nan"}, "value": [1, "NaN"]},
+        {"metric": {"namespace": "ns", "pod": "negative"}, "value": [1, "-3"]},
+    ]
+    assert parse_pod_vector(result) == {("ns", "a"): 0.7}
+    with pytest.raises(QueryError) as refused:
+        parse_pod_vector({"not": "a vector"})
+    assert refused.value.kind == "result_type"
+
+
+def test_a_measured_pod_replaces_its_estimate_in_its_nodes_correction() -> None:
+    """The issue's case: a 2-core limit counted as 1.7 cores against 0.2 really used refuses
+    a node with room; once the pods are measured, it passes, and the error is reported once."""
+    app = stored_app(HERD_GUARDED_CONFIG, {"ceph1": 0.7}, {"ceph1": 0.3})
+    extender = app.extender
+    extender.directory.set_allocatable("ceph1", {"cpu": 31.5, "memory": 128.0 * 2**30})
+    spec = (({"cpu": "500m"}, {"cpu": "2"}),)
+    placed_at = time.time()
+
+    def sibling(i: int) -> BoundPod:
+        return BoundPod(f"u{i}", "ceph1", placed_at, spec, (), {}, False, "db", f"ingest-{i}", "db/StatefulSet/ingest")
+
+    for i in (1, 2):
+        extender.record_bound_pod(sibling(i))
+    incoming = PodRef("db", "ingest-0", "u0", ("StatefulSet",), spec, owner="db/StatefulSet/ingest")
+    # 70 % + 2 x 5.4 % in flight + the incoming 5.4 %: over 80 %
+    assert not extender.verdicts(["ceph1"], ExtenderArgs(incoming, ["ceph1"]))[0].passed
+    measured = {("db", "ingest-1"): 0.2, ("db", "ingest-2"): 0.2}
+    errors = extender.publish_pod_usage({"cpu": measured})
+    assert [(e.resource, e.source, round(e.ratio, 2)) for e in errors] == [("cpu", "factor", 7.5)] * 2
+    assert extender.inflight.per_node(time.time())["ceph1"][0].cpu == pytest.approx(0.4)
+    verdict = extender.verdicts(["ceph1"], ExtenderArgs(incoming, ["ceph1"]))[0]
+    assert verdict.passed, verdict  # and the incoming pod counts as its owner's 0.2, not 1.7
+    assert extender.estimate(incoming).sources[0] == "owner"
+    assert extender.publish_pod_usage({"cpu": measured}) == []  # each pod's error is counted once
+
+
+async def test_preempt_takes_off_what_a_measured_victim_really_uses(aiohttp_client: Any) -> None:
+    """ceph2 is at 82 %, over its 80 %: its victim, placed an hour ago and so part of that
+    load, is measured at 3 of 31.5 cores (9.5 %). Without it, and with the preemptor's 5.4 %,
+    ceph2 is at about 78 %: preempting there helps. Unmeasured, loadext cannot know that."""
+    body = orjson.loads(fixture_bytes("preempt-meta.json"))
+    victim = body["NodeNameToMetaVictims"]["ceph2"]["Pods"][0]["UID"]
+    for measured in (False, True):
+        app = stored_app(HERD_GUARDED_CONFIG, {"ceph2": 0.82, "ceph3": 0.95}, {"ceph2": 0.3, "ceph3": 0.3})
+        extender = app.extender
+        for node in ("ceph2", "ceph3"):
+            extender.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
+        hour_ago = time.time() - 3600
+        extender.replace_bound_pods([BoundPod(victim, "ceph2", hour_ago, (), (), {}, False, "batch", "old-0")])
+        extender.publish_pod_usage({"cpu": {("batch", "old-0"): 3.0}} if measured else {})
+        _, reply = await post(await client_for(aiohttp_client, app), "/preempt", orjson.dumps(body))
+        assert sorted(reply["NodeNameToMetaVictims"]) == (["ceph2"] if measured else []), measured
