@@ -1,6 +1,6 @@
 """Closed-loop placement benchmark on the real control plane: default scheduler vs loadext.
 
-    python3 benchmarks/placement/run.py [--nodes 12] [--bursts 6] [--burst-size 10] [--out DIR]
+    python3 benchmarks/placement/run.py [--nodes 50] [--bursts 6] [--burst-size 50] [--out DIR]
 
 A real kube-apiserver and kube-scheduler (the E2E suite's, built from Go modules) place the same
 workload twice in one run: once with the default profile, once with the loadext profile (the
@@ -8,6 +8,11 @@ shipped KubeSchedulerConfiguration, herd guard on). Nodes start with skewed back
 Pods request 500m CPU but really use 0.1 to 2.5 cores. A simulator plays kubelet and
 node-exporter: it turns "pods bound to a node" into that node's CPU series, each pod's usage
 appearing only after a delay (the rate window), which is what Prometheus and loadext see.
+
+Pods come from five workloads (ReplicaSets, so loadext's learned estimates can use owner
+history), each with its own real usage and a limit far above it. The simulator also plays
+cAdvisor: POD_DELAY seconds after a pod is bound, its own usage series appears
+(container_cpu_usage_seconds_total, which loadext's default herdGuard.podUsage query reads).
 
 Prints a table and writes results.json and a plot of per-node utilisation over time.
 """
@@ -21,6 +26,9 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
+from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -38,9 +46,26 @@ from harness.prometheus import PrometheusServer, free_port, scrape_config  # noq
 
 CORES = 16
 THRESHOLD = 0.8
-DELAY = 20.0  # seconds until a new pod's usage shows in the metrics (the rate window)
-USAGE = [0.25, 1.5, 0.5, 2.5, 0.1]  # cores really used, by pod index; every pod requests 500m
+DELAY = 20.0  # seconds until a new pod's usage shows in the node's metrics (the rate window)
+POD_DELAY = 5.0  # seconds until cAdvisor's series for the pod itself shows it (two scrapes)
 NAMESPACE = "bench"
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    usage: float  # cores really used
+    request: str
+    limit: str  # far above use, as is common
+
+
+WORKLOADS = (
+    Workload("web", 0.3, "500m", "3"),
+    Workload("api", 1.0, "500m", "3"),
+    Workload("batch", 2.5, "1", "3"),
+    Workload("cache", 0.6, "250m", "2"),
+    Workload("tiny", 0.1, "100m", "1"),
+)
 
 
 def background(i: int, nodes: int) -> float:
@@ -54,6 +79,7 @@ class Simulator:
     def __init__(self, core: Any, exporter: Exporter, nodes: dict[str, float]) -> None:
         self.core, self.exporter, self.nodes = core, exporter, nodes
         self.bound_at: dict[str, tuple[str, float, float]] = {}  # pod -> (node, when seen bound, usage)
+        self.measured: set[str] = set()  # pods whose own cAdvisor series are published
         self.series: dict[str, list[tuple[float, float]]] = {n: [] for n in nodes}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -73,9 +99,14 @@ class Simulator:
                 usage = float(pod.metadata.annotations["bench/usage-cores"])
                 self.bound_at[pod.metadata.name] = (pod.spec.node_name, now, usage)
         visible: dict[str, float] = dict.fromkeys(self.nodes, 0.0)
-        for node, since, usage in self.bound_at.values():
+        for name, (node, since, usage) in self.bound_at.items():
             if now - since >= DELAY:
                 visible[node] += usage
+            if now - since >= POD_DELAY and name not in self.measured:
+                self.measured.add(name)
+                labels = {"namespace": NAMESPACE, "pod": name, "container": "app"}
+                self.exporter.set_counter_rate("container_cpu_usage_seconds_total", usage, **labels)
+                self.exporter.set_gauge("container_memory_working_set_bytes", 200 * 2**20, **labels)
         for node, base in self.nodes.items():
             ratio = base + visible[node] / CORES
             self.exporter.set_gauge("sim_cpu", ratio, node=node)
@@ -122,18 +153,42 @@ def make_nodes(core: Any, prefix: str, count: int) -> dict[str, float]:
     return nodes
 
 
-def run_workload(core: Any, prefix: str, scheduler: str, bursts: int, size: int, gap: float) -> list[list[str]]:
-    """Creates the bursts; returns the pod names of each burst."""
+def real_usage(workload: Workload, index: int) -> float:
+    """The workload's usage, varied per pod by -30 % .. +30 % (a fixed spread, so runs compare):
+    owner history then has to estimate a distribution, not a constant."""
+    return workload.usage * (0.7 + 0.6 * ((index * 37) % 11) / 10)
+
+
+def run_workload(
+    core: Any, prefix: str, scheduler: str, bursts: int, size: int, gap: float, after_burst: Any
+) -> list[list[str]]:
+    """Creates the bursts (calling after_burst(names) once each is bound, or after 30 s);
+    returns the pod names of each burst."""
     names = []
     for b in range(bursts):
         burst = []
+        started = time.monotonic()
         for j in range(size):
             index = b * size + j
             name = f"{prefix}-pod-{index:03d}"
+            workload = WORKLOADS[index % len(WORKLOADS)]
+            template_hash = f"{index % len(WORKLOADS)}7f9c"
+            owner = client.V1OwnerReference(
+                api_version="apps/v1",
+                kind="ReplicaSet",
+                name=f"{prefix}-{workload.name}-{template_hash}",
+                uid=f"00000000-0000-4000-8000-{index % len(WORKLOADS):012d}",
+                controller=True,
+            )
             core.create_namespaced_pod(
                 NAMESPACE,
                 client.V1Pod(
-                    metadata=client.V1ObjectMeta(name=name, annotations={"bench/usage-cores": str(USAGE[index % 5])}),
+                    metadata=client.V1ObjectMeta(
+                        name=name,
+                        annotations={"bench/usage-cores": f"{real_usage(workload, index):.3f}"},
+                        labels={"pod-template-hash": template_hash},
+                        owner_references=[owner],
+                    ),
                     spec=client.V1PodSpec(
                         scheduler_name=scheduler,
                         node_selector={"bench/run": prefix},
@@ -143,7 +198,8 @@ def run_workload(core: Any, prefix: str, scheduler: str, bursts: int, size: int,
                                 name="app",
                                 image="registry.k8s.io/pause:3.10",
                                 resources=client.V1ResourceRequirements(
-                                    requests={"cpu": "500m", "memory": "256Mi"}, limits={"cpu": "3", "memory": "1Gi"}
+                                    requests={"cpu": workload.request, "memory": "256Mi"},
+                                    limits={"cpu": workload.limit, "memory": "1Gi"},
                                 ),
                             )
                         ],
@@ -152,12 +208,35 @@ def run_workload(core: Any, prefix: str, scheduler: str, bursts: int, size: int,
             )
             burst.append(name)
         names.append(burst)
-        time.sleep(gap)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(
+            p.spec.node_name for p in core.list_namespaced_pod(NAMESPACE).items if p.metadata.name in burst
+        ):
+            time.sleep(0.2)
+        after_burst(burst)
+        time.sleep(max(0.0, gap - (time.monotonic() - started)))
     return names
 
 
-def measure(sim: Simulator, core: Any, bursts: list[list[str]], start: float) -> dict[str, Any]:
-    pods = {p.metadata.name: p.spec.node_name for p in core.list_namespaced_pod(NAMESPACE).items}
+def measure(
+    sim: Simulator, core: Any, bursts: list[list[str]], start: float, estimates: dict[str, tuple[float, str]]
+) -> dict[str, Any]:
+    listed = {p.metadata.name: p for p in core.list_namespaced_pod(NAMESPACE).items}
+    pods = {name: pod.spec.node_name for name, pod in listed.items()}
+    waits = []
+    for burst in bursts:
+        for name in burst:
+            pod = listed[name]
+            bound = next(
+                (
+                    c.last_transition_time
+                    for c in pod.status.conditions or ()
+                    if c.type == "PodScheduled" and c.status == "True"
+                ),
+                None,
+            )
+            ended = bound.timestamp() if bound else time.time()
+            waits.append(ended - pod.metadata.creation_timestamp.timestamp())
     final = {node: series[-1][1] for node, series in sim.series.items()}
     over = 0.0
     for series in sim.series.values():
@@ -179,7 +258,39 @@ def measure(sim: Simulator, core: Any, bursts: list[list[str]], start: float) ->
         "node-minutes over 80%": over / 60,
         "most pods to one node in a burst": largest_burst,
         "pods pending": sum(1 for burst in bursts for n in burst if not pods.get(n)),
+        "longest wait to be bound (s, 1 s resolution)": max(waits),
+        **estimate_errors(listed, estimates),
     }
+
+
+def estimate_errors(listed: dict[str, Any], estimates: dict[str, tuple[float, str]]) -> dict[str, Any]:
+    """From loadext's explain --pod: how far each pod's CPU estimate was from what it really
+    uses, |estimate - real| / real, by where the estimate came from."""
+    if not estimates:
+        return {}
+    errors: dict[str, list[float]] = {"owner": [], "factor": []}
+    for name, (cores, source) in estimates.items():
+        real = float(listed[name].metadata.annotations["bench/usage-cores"])
+        errors.setdefault(source, []).append(abs(cores - real) / real)
+    out: dict[str, Any] = {}
+    for source, values in errors.items():
+        out[f"pods estimated from {source}"] = len(values)
+        if values:
+            out[f"median estimate error ({source})"] = statistics.median(values)
+    return out
+
+
+def explain_estimates(port: int, pods: list[str], into: dict[str, tuple[float, str]]) -> None:
+    """pod -> (CPU cores, source) of loadext's estimate at its last filter, from explain --pod
+    (asked after each burst: loadext keeps the last 256 pods' decisions)."""
+    for name in pods:
+        url = f"http://127.0.0.1:{port}/explain?pod={NAMESPACE}/{name}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                estimate = json.loads(reply.read())["filter"]["estimate"]
+        except (OSError, KeyError):
+            continue  # never filtered (still Pending) or not kept
+        into[name] = (float(estimate["cpuCores"]), str(estimate["source"]["cpu"]))
 
 
 def plot(results: dict[str, Any], sims: dict[str, Simulator], starts: dict[str, float], out: Path) -> Path:
@@ -199,7 +310,8 @@ def plot(results: dict[str, Any], sims: dict[str, Simulator], starts: dict[str, 
         )
         ax.set_xlabel("seconds since the first burst")
     axes[0].set_ylabel("node CPU (truth, as the simulator sets it)")
-    axes[1].legend(fontsize=6, ncol=2, title="node")
+    if len(next(iter(sims.values())).series) <= 16:  # beyond that a legend hides the lines
+        axes[1].legend(fontsize=6, ncol=2, title="node")
     fig.suptitle("Closed-loop placement benchmark (benchmarks/placement/run.py)", fontsize=11)
     fig.tight_layout()
     path = out / "placement-benchmark.png"
@@ -210,9 +322,9 @@ def plot(results: dict[str, Any], sims: dict[str, Simulator], starts: dict[str, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=12)
+    parser.add_argument("--nodes", type=int, default=50)
     parser.add_argument("--bursts", type=int, default=6)
-    parser.add_argument("--burst-size", type=int, default=10)
+    parser.add_argument("--burst-size", type=int, default=50)
     parser.add_argument("--gap", type=float, default=10.0, help="seconds between bursts")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
     args = parser.parse_args()
@@ -241,7 +353,9 @@ def main() -> int:
             )
         )
         port = free_port()
-        loadext = plane.spawn("loadext", serve_argv(config, port, "--kubeconfig", str(plane.admin_kubeconfig)))
+        shipped_flags = ("--watch-nodes", "--requeue-stranded")  # as manifests/base runs it
+        argv = serve_argv(config, port, "--kubeconfig", str(plane.admin_kubeconfig), *shipped_flags)
+        loadext = plane.spawn("loadext", argv)
         wait_until(lambda: ready(f"http://127.0.0.1:{port}"), "loadext", process=loadext)
         shipped = yaml.safe_load(
             next(
@@ -276,10 +390,15 @@ def main() -> int:
             )
             time.sleep(3)  # loadext refreshes and sees these nodes
             starts[label] = time.time()
-            bursts = run_workload(core, prefix, scheduler, args.bursts, args.burst_size, args.gap)
+            estimates: dict[str, tuple[float, str]] = {}
+            after = partial(explain_estimates, port, into=estimates) if prefix == "lext" else len
+            bursts = run_workload(core, prefix, scheduler, args.bursts, args.burst_size, args.gap, after)
             time.sleep(DELAY + 5)  # every pod's usage visible
             sim.stop()
-            results[label] = measure(sim, core, bursts, starts[label])
+            results[label] = measure(sim, core, bursts, starts[label], estimates)
+            if estimates:
+                by_burst = [sum(estimates.get(n, (0, ""))[1] == "owner" for n in burst) for burst in bursts]
+                print(f"{label}: pods estimated from owner history, per burst: {by_burst}", file=sys.stderr)
             print(f"{label}: {results[label]}", file=sys.stderr)
         picture = plot(results, sims, starts, args.out)
         (workdir / "results.json").write_text(json.dumps(results, indent=2))
@@ -295,12 +414,20 @@ def main() -> int:
 def table(results: dict[str, Any]) -> str:
     labels = list(results)
     rows = ["| metric | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
-    for metric in results[labels[0]]:
+    metrics = list(dict.fromkeys(m for label in labels for m in results[label]))  # loadext's estimates too
+    for metric in metrics:
         cells = []
         for label in labels:
-            value = results[label][metric]
+            value = results[label].get(metric)
+            percent = "CPU" in metric or "error" in metric
             cells.append(
-                f"{value:.0%}" if "CPU" in metric else f"{value:.2f}" if isinstance(value, float) else str(value)
+                "-"
+                if value is None
+                else f"{value:.0%}"
+                if percent
+                else f"{value:.2f}"
+                if isinstance(value, float)
+                else str(value)
             )
         rows.append(f"| {metric} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

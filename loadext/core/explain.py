@@ -45,6 +45,8 @@ def explain(extender: Extender) -> dict[str, Any]:
             "window": config.herd_guard.window,
             "podsInFlight": len(extender.inflight),
             "soft": config.herd_guard.soft,
+            "ownersLearned": len(extender.usage),  # owners with measured pods, for learned estimates
+            "podsMeasured": extender.usage.measured_counts(),
         },
         "signals": [
             {

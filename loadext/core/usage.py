@@ -12,12 +12,13 @@ So each resource of an estimate comes from the best source there is, in this ord
    rollout keeps its history). The median is the estimate least far off in absolute terms.
 3. factor: the factor rule over the pod's requests and limits, when nothing is measured.
 
-Memory is bounded whatever the cluster does: OWNERS owners (LRU), PODS_PER_OWNER pods each,
-and KNOWN_PODS pod-to-owner entries.
+Memory is bounded whatever the cluster does: OWNERS owners (LRU), the PODS_PER_OWNER most
+recently placed pods each, and KNOWN_PODS pod-to-owner entries.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
@@ -49,6 +50,12 @@ class EstimateError:
     ratio: float
 
 
+@dataclass(slots=True)
+class _Sample:
+    placed_at: float
+    usage: dict[str, float]  # resource -> the latest measured value
+
+
 def owner_of(namespace: str, refs: Iterable[OwnerRef], template_hash: str = "") -> str:
     """The pod's controller as "namespace/Kind/name" ("" without one). A ReplicaSet named
     `<deployment>-<pod-template-hash>` folds into its Deployment, so a new revision starts
@@ -74,7 +81,7 @@ class UsageHistory:
         self._measured: dict[str, Mapping[PodKey, float]] = {}  # resource -> pod -> value
         self._by_uid: LRUCache[str, tuple[PodKey, float]] = LRUCache(maxsize=self.KNOWN_PODS)  # pod, placed_at
         self._owner_of: LRUCache[PodKey, tuple[str, float]] = LRUCache(maxsize=self.KNOWN_PODS)  # owner, placed_at
-        self._by_owner: LRUCache[str, LRUCache[PodKey, dict[str, float]]] = LRUCache(maxsize=self.OWNERS)
+        self._by_owner: LRUCache[str, dict[PodKey, _Sample]] = LRUCache(maxsize=self.OWNERS)
 
     def learn_pod(self, uid: str, pod: PodKey, owner: str, placed_at: float) -> None:
         """A pod the watch saw bound: found by UID (preempt's victims), and its usage, once
@@ -91,16 +98,27 @@ class UsageHistory:
         or failed, and nothing is known of it this round). Only pods placed before
         `settled_before` teach their owner: a younger pod's series may still read low."""
         self._measured = dict(measured)
+        rounds: dict[str, dict[PodKey, _Sample]] = {}  # owner -> its pods measured this round
         for resource, values in measured.items():
             for pod, value in values.items():
                 known = self._owner_of.get(pod)
                 if known is None or known[1] > settled_before:
                     continue
-                owner = known[0]
-                pods = self._by_owner.get(owner)
-                if pods is None:
-                    pods = self._by_owner[owner] = LRUCache(maxsize=self.PODS_PER_OWNER)
-                pods.setdefault(pod, {})[resource] = value
+                owner, placed_at = known
+                sample = rounds.setdefault(owner, {}).setdefault(pod, _Sample(placed_at, {}))
+                sample.usage[resource] = value
+        for owner, pods in rounds.items():
+            merged = self._by_owner.get(owner, {})
+            for pod, sample in pods.items():
+                known_sample = merged.get(pod)
+                if known_sample is None:
+                    merged[pod] = sample
+                else:  # this round's values replace the pod's older ones, resource by resource
+                    known_sample.usage.update(sample.usage)
+            if len(merged) > self.PODS_PER_OWNER:  # the newest pods: what the owner runs now
+                newest = heapq.nlargest(self.PODS_PER_OWNER, merged.items(), key=lambda item: item[1].placed_at)
+                merged = dict(newest)
+            self._by_owner[owner] = merged
 
     def measured_by_uid(self, uid: str, settled_before: float) -> Usage:
         """A bound pod's measured usage (0 for what is not measured, or not yet believable)."""
@@ -110,6 +128,10 @@ class UsageHistory:
         pod = known[0]
         return Usage(self.measured(pod, "cpu") or 0.0, self.measured(pod, "memory") or 0.0)
 
+    def measured_counts(self) -> dict[str, int]:
+        """resource -> pods measured in the last round."""
+        return {resource: len(values) for resource, values in self._measured.items()}
+
     def measured(self, pod: PodKey, resource: str) -> float | None:
         values = self._measured.get(resource)
         return values.get(pod) if values is not None else None
@@ -118,7 +140,7 @@ class UsageHistory:
         pods = self._by_owner.get(owner) if owner else None
         if not pods:
             return None
-        values = [usage[resource] for usage in pods.values() if resource in usage]
+        values = [sample.usage[resource] for sample in pods.values() if resource in sample.usage]
         return median(values) if values else None
 
     def estimate(self, owner: str, factor: Usage) -> Estimate:

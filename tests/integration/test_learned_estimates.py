@@ -72,6 +72,8 @@ async def test_measured_siblings_open_a_node_their_limits_closed(
     in_flight = {row["node"]: row["inFlight"] for row in report["filter"]["nodes"]}["ceph1"]
     assert in_flight["pods"] == 2 and in_flight["cpuCores"] == pytest.approx(0.4, rel=0.25)
 
+    herd = (await loadext.explain())["herdGuard"]
+    assert herd["ownersLearned"] >= 1 and herd["podsMeasured"]["cpu"] >= 2, herd
     metrics = await loadext.metrics()
     assert metric_value(metrics, "loadext_pod_usage_pods", resource="cpu") >= 2
     # Each sibling's factor estimate replaced once: 1.7 cores against about 0.2 is off by about +7.5.

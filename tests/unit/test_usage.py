@@ -56,6 +56,22 @@ def test_history_stays_bounded_however_many_pods_and_owners() -> None:
     assert len(history) == UsageHistory.OWNERS
 
 
+def test_an_owner_with_more_pods_than_kept_keeps_every_resource_of_its_newest() -> None:
+    """Regression, seen in the 300-pod placement benchmark: history was bounded per resource
+    pass, so the memory pass evicted the CPU values of an owner with over 32 pods."""
+    history = UsageHistory()
+    count = UsageHistory.PODS_PER_OWNER + 20
+    pods = [("ns", f"web-{i}") for i in range(count)]
+    for i, pod in enumerate(pods):
+        history.learn_owner(pod, "ns/Deployment/web", placed_at=float(i))
+    cpu = {pod: 1.0 if i >= 20 else 9.0 for i, pod in enumerate(pods)}  # the oldest 20 used more
+    history.publish({"cpu": cpu, "memory": dict.fromkeys(pods, 100.0)}, settled_before=1e9)
+    assert history.owner_median("ns/Deployment/web", "cpu") == 1.0  # only the newest 32 count
+    assert history.owner_median("ns/Deployment/web", "memory") == 100.0
+    history.publish({"memory": dict.fromkeys(pods, 200.0)}, settled_before=1e9)  # a round without CPU
+    assert history.owner_median("ns/Deployment/web", "cpu") == 1.0  # what was learned stays
+
+
 def test_a_pod_younger_than_its_querys_averaging_range_teaches_nothing() -> None:
     """rate(...[2m]) of a series one scrape old reads a fraction of the real rate: such a
     value is no usage, neither for the pod nor for its owner's history."""
