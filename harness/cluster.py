@@ -219,6 +219,69 @@ def scheduled_node(core: Any, name: str, timeout: float = 30) -> str:
     raise AssertionError(f"pod {name} not scheduled within {timeout}s: {pod.status.conditions}")
 
 
+def create_burst(
+    core: Any,
+    slug: str,
+    run: str,
+    count: int,
+    cpu: tuple[str, str] = ("100m", "8"),
+    scheduler: str = "loadext-scheduler",
+) -> list[str]:
+    """`count` pods at once, each requesting little (cpu: request, limit; by default allowed
+    up to 8 cores), for `scheduler`; their names."""
+    resources = client.V1ResourceRequirements(
+        requests={"cpu": cpu[0], "memory": "128Mi"}, limits={"cpu": cpu[1], "memory": "1Gi"}
+    )
+    names = [f"{slug}-{run}-{i}" for i in range(count)]
+    for name in names:
+        pod = client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, namespace=E2E_NAMESPACE, labels={"run": run}),
+            spec=client.V1PodSpec(
+                scheduler_name=scheduler,
+                node_selector={CASE_LABEL: slug},
+                termination_grace_period_seconds=0,
+                containers=[client.V1Container(name="app", image="registry.k8s.io/pause:3.10", resources=resources)],
+            ),
+        )
+        core.create_namespaced_pod(E2E_NAMESPACE, pod)
+    return names
+
+
+def placements(core: Any, names: list[str], timeout: float = 60) -> dict[str, int]:
+    """node -> how many of these pods went there, once each is bound."""
+    placed: dict[str, int] = {}
+    for name in names:
+        node = scheduled_node(core, name, timeout=timeout)
+        placed[node] = placed.get(node, 0) + 1
+    return placed
+
+
+def burst(
+    cluster: Cluster, slug: str, run: str, count: int, cpu: tuple[str, str] = ("100m", "8"), timeout: float = 60
+) -> dict[str, int]:
+    """A burst through loadext-scheduler, and where it landed."""
+    return placements(cluster.core, create_burst(cluster.core, slug, run, count, cpu), timeout)
+
+
+def ten_nodes_one_idle(cluster: Cluster, exporter: Exporter, slug: str) -> dict[str, tuple[float, float]]:
+    """Issue #15's burst target: 10 nodes of 16 cores, one idle and nine at 35-50 % CPU, as
+    loadext sees them; node -> (cpu, memory) load."""
+    nodes = [f"{slug}-{i}" for i in range(10)]
+    for node in nodes:
+        make_node(cluster.core, node, slug, cpu="16", memory="64Gi")
+    loads = {node: (0.02 if i == 0 else round(0.35 + 0.15 * (i - 1) / 8, 3), 0.3) for i, node in enumerate(nodes)}
+    set_load(exporter, loads)
+    wait_loadext_sees(cluster, loads)
+    return loads
+
+
+def level_shares(loads: dict[str, tuple[float, float]], pods: int, per_pod: float) -> dict[str, float]:
+    """node -> pods it gets when `pods` pods of `per_pod` CPU ratio each bring every node to one
+    level: the placement that evens out load, which the herd guard's estimates aim at."""
+    level = (sum(cpu for cpu, _ in loads.values()) + pods * per_pod) / len(loads)
+    return {node: (level - cpu) / per_pod for node, (cpu, _) in loads.items()}
+
+
 def unschedulable_message(core: Any, name: str, timeout: float = 30) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

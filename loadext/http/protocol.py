@@ -51,11 +51,17 @@ class _OwnerReference(msgspec.Struct):
     controller: bool | None = None
 
 
+class _PodLabels(msgspec.Struct):
+    """The one label loadext reads (a Deployment's ReplicaSets as one owner); the rest is skipped in C."""
+
+    template_hash: str = msgspec.field(name="pod-template-hash", default="")
+
+
 class _ObjectMeta(msgspec.Struct):
     name: str = ""
     namespace: str = ""
     uid: str = ""
-    labels: dict[str, str] | None = None
+    labels: _PodLabels | None = None
     ownerReferences: list[_OwnerReference] | None = None
 
 
@@ -179,7 +185,7 @@ def _pod(raw: msgspec.Raw) -> PodRef | None:
         owner=owner_of(
             meta.namespace,
             ((ref.kind, ref.name, bool(ref.controller)) for ref in refs),
-            (meta.labels or {}).get("pod-template-hash", ""),
+            meta.labels.template_hash if meta.labels is not None else "",
         ),
         containers=_requirements(spec.containers),
         init_containers=_requirements(spec.initContainers),

@@ -24,7 +24,9 @@ from harness.cluster import (
     CASE_LABEL,
     E2E_NAMESPACE,
     Cluster,
+    burst,
     e2e_config,
+    level_shares,
     make_node,
     make_pod,
     metric,
@@ -33,6 +35,7 @@ from harness.cluster import (
     scheduled_node,
     set_load,
     shipped_scheduler_config,
+    ten_nodes_one_idle,
     unschedulable_message,
     wait_loadext_sees,
 )
@@ -311,39 +314,6 @@ def test_address_identity_through_the_node_watch(cluster: Cluster, exporter: Exp
         cluster.loadext.set_config(e2e_config(cluster.proxy.url))
 
 
-def burst(
-    cluster: Cluster, slug: str, run: str, count: int, cpu: tuple[str, str] = ("100m", "8"), timeout: float = 60
-) -> dict[str, int]:
-    """`count` pods at once, each requesting little (cpu: request, limit; by default allowed
-    up to 8 cores); where they land."""
-    resources = client.V1ResourceRequirements(
-        requests={"cpu": cpu[0], "memory": "128Mi"}, limits={"cpu": cpu[1], "memory": "1Gi"}
-    )
-    for i in range(count):
-        pod = client.V1Pod(
-            metadata=client.V1ObjectMeta(name=f"{slug}-{run}-{i}", namespace=E2E_NAMESPACE, labels={"run": run}),
-            spec=client.V1PodSpec(
-                scheduler_name="loadext-scheduler",
-                node_selector={CASE_LABEL: slug},
-                termination_grace_period_seconds=0,
-                containers=[client.V1Container(name="app", image="registry.k8s.io/pause:3.10", resources=resources)],
-            ),
-        )
-        cluster.core.create_namespaced_pod(E2E_NAMESPACE, pod)
-    placed: dict[str, int] = {}
-    for i in range(count):
-        node = scheduled_node(cluster.core, f"{slug}-{run}-{i}", timeout=timeout)
-        placed[node] = placed.get(node, 0) + 1
-    return placed
-
-
-def level_shares(loads: dict[str, tuple[float, float]], pods: int, per_pod: float) -> dict[str, float]:
-    """node -> pods it gets when `pods` pods of `per_pod` CPU ratio each bring every node to one
-    level: the placement that evens out load, which the herd guard's estimates aim at."""
-    level = (sum(cpu for cpu, _ in loads.values()) + pods * per_pod) / len(loads)
-    return {node: (level - cpu) / per_pod for node, (cpu, _) in loads.items()}
-
-
 def test_herd_guard_spreads_a_burst(cluster: Cluster, exporter: Exporter, slug: str) -> None:
     nodes = [f"{slug}-{i}" for i in range(5)]
     idle = nodes[0]
@@ -398,12 +368,8 @@ def test_a_burst_beyond_the_herd_estimates_is_spread_and_never_stranded(
     onto 10 nodes of 16 cores, one idle and nine at 35-50 %, herd window 60 s. The estimates
     fill the room under 80 % after about 34 pods; the rest must still be placed (soft mode),
     spread, and at once, not after the window or the scheduler's 5-minute retry."""
-    nodes = [f"{slug}-{i}" for i in range(10)]
-    for node in nodes:
-        make_node(cluster.core, node, slug, cpu="16", memory="64Gi")
-    loads = {node: (0.02 if i == 0 else round(0.35 + 0.15 * (i - 1) / 8, 3), 0.3) for i, node in enumerate(nodes)}
-    set_load(exporter, loads)
-    wait_loadext_sees(cluster, loads)
+    loads = ten_nodes_one_idle(cluster, exporter, slug)
+    nodes = list(loads)
     cluster.loadext.set_config(e2e_config(cluster.proxy.url, herdGuard={"enabled": True, "window": "60s"}))
     try:
         # As in production, where the guard is on from the start: its pod watch is current
