@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from loadext.http import lifecycle, tls
 from loadext.http.limits import Limits
 from loadext.http.server import ServerState, create_app, create_ops_app, install_event_loop
 from loadext.sources import kube, requeue, watches
+from loadext.sources.objects import Node
 from loadext.sources.prometheus import ERROR_KINDS
 from loadext.sources.refresher import Refresher
 from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
@@ -128,15 +130,15 @@ class App:
         tasks = [asyncio.create_task(self.refresher.run(), name="refresher")]
         if self.config_watcher is not None:
             tasks.append(asyncio.create_task(self.config_watcher.run(), name="config-watcher"))
-        started = []
+        stops: list[threading.Event] = []  # one per watch thread
         api = self.kube_api
         if self.watch_nodes and api is None:
             log.warning("--watch-nodes needs a Kubernetes API client; node addresses come from requests only")
         elif self.watch_nodes:
-            started.append(watches.watch_nodes(api, self.extender.directory, self._health("nodes")))
+            stops.append(watches.watch_nodes(api, self.extender.directory, self._health("nodes")).stop)
         if self.configmap is not None and api is not None:
             health = self._health("configmap")
-            started.append(watches.watch_configmap(api, self.configmap, self.reloader, health))
+            stops.append(watches.watch_configmap(api, self.configmap, self.reloader, health).stop)
         if api is not None:
             pods = watches.supervise_pod_watch(api, self.extender, self._health("pods"), self._unwatched("pods"))
             tasks.append(asyncio.create_task(pods, name="pod-watch"))
@@ -153,8 +155,8 @@ class App:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for watch in started:
-            watch.stop.set()
+        for stop in stops:
+            stop.set()
         self.refresher.close()
 
     def _health(self, resource: str) -> Callable[[bool], None]:
@@ -242,7 +244,7 @@ def explain_once(config: Config, kubeconfig: str | None, nodes: list[str]) -> di
     extender = Extender(config)
     api = kube.api_client(kubeconfig) if kubeconfig else None
     if api is not None:
-        watches.ingest_node_list(extender.directory, api.list_node().items)
+        watches.ingest_node_list(extender.directory, kube.list_objects(api.list_node, Node).items or [])
     extender.directory.observe(nodes)
     refresher = Refresher(extender, Telemetry())
     try:

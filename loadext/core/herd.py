@@ -98,9 +98,9 @@ class BoundPod:
     uid: str
     node: str
     placed_at: float  # PodScheduled's transition time: a restart of loadext does not re-date it
-    containers: tuple[tuple[dict[str, object], dict[str, object]], ...]
-    init_containers: tuple[tuple[dict[str, object], dict[str, object]], ...]
-    overhead: dict[str, object]
+    containers: tuple[tuple[Resources, Resources], ...]
+    init_containers: tuple[tuple[Resources, Resources], ...]
+    overhead: Resources
     finished: bool
     namespace: str = ""
     name: str = ""

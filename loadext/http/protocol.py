@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import getitem
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import orjson
 
 from loadext.core.extender import FilterResult, PreemptResult, PrioritizeResult
 from loadext.core.policy import MAX_EXTENDER_PRIORITY
-from loadext.core.requests import BindingArgs, ExtenderArgs, PodRef, PreemptionArgs, Quantities, Victims
-from loadext.core.usage import owner_of
+from loadext.core.requests import BindingArgs, ExtenderArgs, PodRef, PreemptionArgs, Victims
+from loadext.sources.objects import Node, NonEmpty, Pod, PodMeta, PodSpec, requirements
 
 
 class ProtocolError(ValueError):
@@ -42,86 +42,16 @@ class ExtenderRequest:
 # skipping the rest of every Pod and Node in C. Extender-level keys are matched the Go way
 # (exact first, then case-insensitively); keys inside Pod and Node objects are lowerCamel.
 
-NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
-
-
-class _OwnerReference(msgspec.Struct):
-    kind: str = ""
-    name: str = ""
-    controller: bool | None = None
-
-
-class _PodLabels(msgspec.Struct):
-    """The one label loadext reads (a Deployment's ReplicaSets as one owner); the rest is skipped in C."""
-
-    template_hash: str = msgspec.field(name="pod-template-hash", default="")
-
-
-class _ObjectMeta(msgspec.Struct):
-    name: str = ""
-    namespace: str = ""
-    uid: str = ""
-    labels: _PodLabels | None = None
-    ownerReferences: list[_OwnerReference] | None = None
-
-
-class _Resources(msgspec.Struct):
-    requests: Quantities | None = None
-    limits: Quantities | None = None
-
-
-class _Container(msgspec.Struct):
-    resources: _Resources | None = None
-
-
-class _PodSpec(msgspec.Struct):
-    containers: list[_Container] | None = None
-    initContainers: list[_Container] | None = None
-    overhead: Quantities | None = None
-
-
-class _Pod(msgspec.Struct):
-    metadata: _ObjectMeta | None = None
-    spec: _PodSpec | None = None
-
-
-def _requirements(containers: list[_Container] | None) -> tuple[tuple[Quantities, Quantities], ...]:
-    out = []
-    for container in containers or ():
-        resources = container.resources or _Resources()
-        out.append((resources.requests or {}, resources.limits or {}))
-    return tuple(out)
-
-
-class _NodeAddress(msgspec.Struct):
-    type: str = ""
-    address: str = ""
-
-
-class _NodeStatus(msgspec.Struct):
-    addresses: list[_NodeAddress] | None = None
-    allocatable: Quantities | None = None
-
-
-class _NodeName(msgspec.Struct):
-    name: NonEmpty
-    labels: dict[str, str] | None = None
-
-
-class _Node(msgspec.Struct):
-    metadata: _NodeName
-    status: _NodeStatus | None = None
-
 
 class _NodeList(msgspec.Struct):
     items: list[msgspec.Raw] | None = None
 
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_POD = msgspec.json.Decoder(_Pod | None)
+_POD = msgspec.json.Decoder(Pod | None)
 _NAMES = msgspec.json.Decoder(list[NonEmpty] | None)
 _NODE_LIST = msgspec.json.Decoder(_NodeList | None)
-_NODE = msgspec.json.Decoder(_Node)
+_NODE = msgspec.json.Decoder(Node)
 _MISSING = msgspec.Raw(b"null")
 
 
@@ -174,31 +104,18 @@ def _pod(raw: msgspec.Raw) -> PodRef | None:
     pod = _decode(_POD, raw, "Pod")
     if pod is None:
         return None
-    meta = pod.metadata or _ObjectMeta()
-    spec = pod.spec or _PodSpec()
-    refs = meta.ownerReferences or ()
+    meta = pod.metadata or PodMeta()
+    spec = pod.spec or PodSpec()
     return PodRef(
         namespace=meta.namespace,
         name=meta.name,
         uid=meta.uid,
-        owner_kinds=tuple(ref.kind for ref in refs),
-        owner=owner_of(
-            meta.namespace,
-            ((ref.kind, ref.name, bool(ref.controller)) for ref in refs),
-            meta.labels.template_hash if meta.labels is not None else "",
-        ),
-        containers=_requirements(spec.containers),
-        init_containers=_requirements(spec.initContainers),
+        owner_kinds=tuple(ref.kind for ref in meta.ownerReferences or ()),
+        owner=meta.owner(),
+        containers=requirements(spec.containers),
+        init_containers=requirements(spec.initContainers),
         overhead=spec.overhead or {},
     )
-
-
-def _addresses(status: _NodeStatus | None) -> tuple[str, ...]:
-    """InternalIPs first (the address node-exporter is scraped on), then ExternalIPs."""
-    found = status.addresses if status is not None and status.addresses else []
-    internal = [a.address for a in found if a.type == "InternalIP" and a.address]
-    external = [a.address for a in found if a.type == "ExternalIP" and a.address]
-    return tuple(internal + external)
 
 
 _NAME_PREFIX = b'{"metadata":{"name":"'
@@ -236,7 +153,7 @@ def decode_extender_args(body: bytes, node_details: bool = False) -> ExtenderReq
             node = _decode(_NODE, raw, f"Nodes.items[{i}]")
             name = node.metadata.name
             if node_details:
-                addresses[name] = _addresses(node.status)
+                addresses[name] = node.status.ips() if node.status is not None else ()
                 labels[name] = node.metadata.labels or {}
                 allocatable[name] = (node.status.allocatable if node.status else None) or {}
         if name in seen:

@@ -1,4 +1,5 @@
-"""The Kubernetes API edge: creating Bindings and watching Nodes, with the `kubernetes` client.
+"""The Kubernetes API edge: creating Bindings, listing and watching Nodes, Pods and the config
+ConfigMap, with the `kubernetes` client for the calls and msgspec for the bodies (objects.py).
 
 The client is synchronous; callers run these in worker threads and hand results back to the
 event loop.
@@ -11,16 +12,20 @@ import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from kubernetes import client, config, watch
+import msgspec
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from loadext.core.herd import BoundPod
 from loadext.core.requests import BindingArgs
-from loadext.core.usage import owner_of
+from loadext.sources.objects import ConfigMap, ListMeta, Node, Pod, PodStatus, Status, WatchEvent, requirements
 
 log = logging.getLogger(__name__)
+
+Object = TypeVar("Object", Pod, Node, ConfigMap)
 
 
 def api_client(kubeconfig: str | None) -> Any:
@@ -59,105 +64,139 @@ def bind(api: Any, args: BindingArgs) -> str:
     return f"pod {args.pod_namespace}/{args.pod_name} is already bound to {pod.spec.node_name}"
 
 
-def node_addresses(node: Any) -> list[str]:
-    addresses = (node.status.addresses if node.status else None) or []
-    return [a.address for a in addresses if a.type in ("InternalIP", "ExternalIP")]
+class Bookmark(msgspec.Struct):
+    metadata: ListMeta
 
 
-def node_allocatable(node: Any) -> dict[str, Any]:
-    return dict((node.status.allocatable if node.status else None) or {})
+class ObjectList(msgspec.Struct, Generic[Object]):
+    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
+    items: list[Object] | None = None
 
 
-def _requirements(containers: list[Any] | None) -> tuple[tuple[dict[str, Any], dict[str, Any]], ...]:
-    out = []
-    for container in containers or ():
-        resources = container.resources
-        out.append(
-            (
-                dict((resources.requests if resources else None) or {}),
-                dict((resources.limits if resources else None) or {}),
-            )
-        )
-    return tuple(out)
+def list_objects(list_call: Callable[..., Any], kind: type[Object], **list_args: Any) -> ObjectList[Object]:
+    """A list call's reply decoded by msgspec (only the fields of `kind`), not into the client's models."""
+    reply = list_call(_preload_content=False, **list_args)
+    listed: ObjectList[Object] = msgspec.json.decode(reply.data, type=ObjectList[kind])  # type: ignore[valid-type]
+    return listed
 
 
-def bound_pod(pod: Any) -> BoundPod | None:
-    if not pod.spec or not pod.spec.node_name:
+def _timestamp(rfc3339: str | None) -> float:
+    try:
+        return datetime.fromisoformat(rfc3339).timestamp() if rfc3339 else 0.0
+    except ValueError:
+        return 0.0
+
+
+def bound_pod(pod: Pod) -> BoundPod | None:
+    spec, meta, status = pod.spec, pod.metadata, pod.status or PodStatus()
+    if spec is None or meta is None or not spec.nodeName:
         return None
-    placed = pod.metadata.creation_timestamp
-    for condition in (pod.status.conditions if pod.status else None) or []:
-        if condition.type == "PodScheduled" and condition.status == "True" and condition.last_transition_time:
-            placed = condition.last_transition_time
-    phase = pod.status.phase if pod.status else None
-    meta = pod.metadata
-    refs = ((ref.kind, ref.name, bool(ref.controller)) for ref in meta.owner_references or ())
+    placed = meta.creationTimestamp
+    for condition in status.conditions or ():
+        if condition.type == "PodScheduled" and condition.status == "True" and condition.lastTransitionTime:
+            placed = condition.lastTransitionTime
     return BoundPod(
         uid=meta.uid,
-        namespace=meta.namespace or "",
-        name=meta.name or "",
-        owner=owner_of(meta.namespace or "", refs, (meta.labels or {}).get("pod-template-hash", "")),
-        node=pod.spec.node_name,
-        placed_at=placed.timestamp() if placed else 0.0,
-        containers=_requirements(pod.spec.containers),
-        init_containers=_requirements(pod.spec.init_containers),
-        overhead=dict(pod.spec.overhead or {}),
-        finished=phase in ("Succeeded", "Failed") or pod.metadata.deletion_timestamp is not None,
+        namespace=meta.namespace,
+        name=meta.name,
+        owner=meta.owner(),
+        node=spec.nodeName,
+        placed_at=_timestamp(placed),
+        containers=requirements(spec.containers),
+        init_containers=requirements(spec.initContainers),
+        overhead=spec.overhead or {},
+        finished=status.phase in ("Succeeded", "Failed") or meta.deletionTimestamp is not None,
     )
 
 
-class ListWatch:
-    """List, then watch from that resourceVersion; re-list on 410 Gone or any error, with a
-    capped backoff. `on_list` gets the full list (so whatever changed while the API server was
-    unreachable, deletions included, is replaced, not kept stale), `on_event` each later change,
-    `on_health` True after each successful list and False on each failure."""
+class ListWatch(Generic[Object]):
+    """List, then watch from that resourceVersion, and watch again from the last one seen when
+    the server ends the watch; re-list on 410 Gone or any error, with a capped backoff. `on_list`
+    gets the full list (so whatever changed while the API server was unreachable, deletions
+    included, is replaced, not kept stale), `on_event` each later change, `on_health` True after
+    each successful list and False on each failure.
+
+    The kubernetes client makes the calls (auth, TLS, kubeconfig), but the bodies are decoded by
+    msgspec into `kind`: only the fields loadext reads, in C, line by line of the stream."""
 
     def __init__(
         self,
         list_call: Callable[..., Any],
-        on_list: Callable[[list[Any]], None],
-        on_event: Callable[[str, Any], None],
+        kind: type[Object],
+        on_list: Callable[[list[Object]], None],
+        on_event: Callable[[str, Object], None],
         on_health: Callable[[bool], None] = lambda healthy: None,
         **list_args: Any,
     ) -> None:
         self.list_call = list_call
+        self.kind: type[Object] = kind
         self.list_args = list_args
-        self.on_list = on_list
-        self.on_event = on_event
+        self.on_list: Callable[[list[Object]], None] = on_list
+        self.on_event: Callable[[str, Object], None] = on_event
         self.on_health = on_health
         self.stop = threading.Event()
+        self._object: msgspec.json.Decoder[Object] = msgspec.json.Decoder(kind)
+        self._event = msgspec.json.Decoder(WatchEvent)
+        self._status = msgspec.json.Decoder(Status)
+        self._bookmark = msgspec.json.Decoder(Bookmark)
 
     def run(self) -> None:
         backoff = 1.0
         while not self.stop.is_set():
             try:
-                listed = self.list_call(**self.list_args)
-                self.on_list(listed.items)
+                listed = list_objects(self.list_call, self.kind, **self.list_args)
+                self.on_list(listed.items or [])
                 self.on_health(True)
                 backoff = 1.0
-                stream = watch.Watch().stream(
-                    self.list_call,
-                    resource_version=listed.metadata.resource_version,
-                    timeout_seconds=60,
-                    _request_timeout=75,
-                    **self.list_args,
-                )
-                for event in stream:
-                    if self.stop.is_set():
-                        return
-                    self.on_event(event["type"], event["object"])
+                version = listed.metadata.resourceVersion
+                while version and not self.stop.is_set():
+                    version = self._watch(version)
+                if self.stop.is_set():
+                    return
+                continue  # 410 Gone: the version is too old, re-list at once
             except ApiException as exc:
-                if exc.status == 410:  # resourceVersion too old: re-list at once
-                    continue
                 log.warning("watch failed: %s %s", exc.status, exc.reason)
-            except Exception as exc:  # network errors of every kind: re-list after a pause
+            except Exception as exc:  # network and decoding errors of every kind: re-list after a pause
                 log.warning("watch failed: %s", exc)
-            else:
-                continue  # the watch ended normally (server timeout): watch again
             self.on_health(False)
             self.stop.wait(backoff)
             backoff = min(backoff * 2, 30.0)
 
-    def start(self) -> ListWatch:
+    def _watch(self, version: str) -> str:
+        """One watch request from `version`, until the server ends it (its timeout); returns the
+        last resourceVersion seen, to watch on from, or "" where the server said 410 Gone."""
+        reply = self.list_call(
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=60,
+            _request_timeout=75,
+            _preload_content=False,
+            **self.list_args,
+        )
+        try:
+            for line in iter_resp_lines(reply):
+                if self.stop.is_set():
+                    break
+                if not line:
+                    continue
+                event = self._event.decode(line)
+                if event.type == "ERROR":
+                    status = self._status.decode(event.object)
+                    if status.code == 410:
+                        return ""
+                    raise RuntimeError(f"watch error {status.code} {status.reason}: {status.message}")
+                if event.type == "BOOKMARK":  # only metadata.resourceVersion: no object of `kind`
+                    version = self._bookmark.decode(event.object).metadata.resourceVersion or version
+                    continue
+                obj = self._object.decode(event.object)
+                version = (obj.metadata.resourceVersion if obj.metadata is not None else "") or version
+                self.on_event(event.type, obj)
+        finally:
+            reply.release_conn()
+        return version
+
+    def start(self) -> ListWatch[Object]:
         threading.Thread(target=self.run, name="list-watch", daemon=True).start()
         return self
 
@@ -170,7 +209,7 @@ def read_configmap(api: Any, namespace: str, name: str, key: str) -> str:
     return str(data[key])
 
 
-def configmap_event(api: Any, configmap: Any, reason: str, message: str) -> None:
+def configmap_event(api: Any, configmap: ConfigMap, reason: str, message: str) -> None:
     """A Warning Event on the ConfigMap, where `kubectl describe configmap` shows it."""
     now = datetime.now(UTC)
     meta = configmap.metadata
@@ -182,7 +221,7 @@ def configmap_event(api: Any, configmap: Any, reason: str, message: str) -> None
             name=meta.name,
             namespace=meta.namespace,
             uid=meta.uid,
-            resource_version=meta.resource_version,
+            resource_version=meta.resourceVersion,
         ),
         reason=reason,
         message=message[:1024],

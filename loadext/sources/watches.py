@@ -1,9 +1,10 @@
 """Kubernetes list/watches that feed the extender: Nodes (the directory: addresses, labels,
 allocatable), bound Pods (the herd guard's in-flight set) and the config ConfigMap (reloads).
 
-Each ListWatch runs in its own thread (the kubernetes client blocks); every change is handed to
-the event loop with call_soon_threadsafe, because the directory, the in-flight set and the
-reloader are owned by the loop thread and not thread-safe.
+Each ListWatch runs in its own thread (the kubernetes client blocks) and decodes the objects
+with msgspec (sources/objects.py); every change is handed to the event loop with
+call_soon_threadsafe, because the directory, the in-flight set and the reloader are owned by
+the loop thread and not thread-safe.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from loadext.core.extender import Extender
 from loadext.core.herd import allocatable
 from loadext.core.nodes import NodeDirectory
 from loadext.sources import kube
+from loadext.sources.objects import ConfigMap, Node, Pod
 from loadext.sources.reload import ConfigReloader
 
 log = logging.getLogger(__name__)
@@ -32,41 +34,49 @@ class ConfigMapRef:
     key: str = "config.yaml"
 
 
-def ingest_node_list(directory: NodeDirectory, nodes: list[Any]) -> None:
+def _ips(node: Node) -> list[str]:
+    return list(node.status.ips()) if node.status is not None else []
+
+
+def _allocatable(node: Node) -> dict[str, float]:
+    return allocatable((node.status.allocatable if node.status is not None else None) or {})
+
+
+def ingest_node_list(directory: NodeDirectory, nodes: list[Node]) -> None:
     """A full Node list replaces what the directory knew from the API."""
     directory.replace_all(
-        {node.metadata.name: kube.node_addresses(node) for node in nodes},
+        {node.metadata.name: _ips(node) for node in nodes},
         {node.metadata.name: node.metadata.labels or {} for node in nodes},
     )
     for node in nodes:
-        directory.set_allocatable(node.metadata.name, allocatable(kube.node_allocatable(node)))
+        directory.set_allocatable(node.metadata.name, _allocatable(node))
 
 
-def ingest_node(directory: NodeDirectory, node: Any) -> None:
-    directory.upsert(node.metadata.name, kube.node_addresses(node), node.metadata.labels or {})
-    directory.set_allocatable(node.metadata.name, allocatable(kube.node_allocatable(node)))
+def ingest_node(directory: NodeDirectory, node: Node) -> None:
+    directory.upsert(node.metadata.name, _ips(node), node.metadata.labels or {})
+    directory.set_allocatable(node.metadata.name, _allocatable(node))
 
 
-def watch_nodes(api: Any, directory: NodeDirectory, health: Health) -> kube.ListWatch:
+def watch_nodes(api: Any, directory: NodeDirectory, health: Health) -> kube.ListWatch[Node]:
     loop = asyncio.get_running_loop()
 
-    def on_list(nodes: list[Any]) -> None:
+    def on_list(nodes: list[Node]) -> None:
         loop.call_soon_threadsafe(ingest_node_list, directory, nodes)
 
-    def on_event(kind: str, node: Any) -> None:
+    def on_event(kind: str, node: Node) -> None:
         if kind == "DELETED":
             loop.call_soon_threadsafe(directory.delete, node.metadata.name)
         else:
             loop.call_soon_threadsafe(ingest_node, directory, node)
 
-    return kube.ListWatch(api.list_node, on_list, on_event, health).start()
+    return kube.ListWatch(api.list_node, Node, on_list, on_event, health).start()
 
 
 async def supervise_pod_watch(api: Any, extender: Extender, health: Health, unwatched: Callable[[], None]) -> None:
     """Watch bound pods while the herd guard is enabled, so a ConfigMap edit can turn it on or
     off without a restart; stop watching (and forget) when it is off, and say so with
     `unwatched` (the health series goes: a stopped watch is neither current nor failing)."""
-    watch: kube.ListWatch | None = None
+    watch: kube.ListWatch[Pod] | None = None
     try:
         while True:
             enabled = extender.config.herd_guard.enabled
@@ -83,15 +93,15 @@ async def supervise_pod_watch(api: Any, extender: Extender, health: Health, unwa
             watch.stop.set()
 
 
-def _watch_pods(api: Any, extender: Extender, health: Health) -> kube.ListWatch:
+def _watch_pods(api: Any, extender: Extender, health: Health) -> kube.ListWatch[Pod]:
     """Bound pods feed the herd guard's in-flight accounting."""
     loop = asyncio.get_running_loop()
 
-    def on_list(pods: list[Any]) -> None:
+    def on_list(pods: list[Pod]) -> None:
         bound = [b for b in (kube.bound_pod(p) for p in pods) if b is not None]
         loop.call_soon_threadsafe(extender.replace_bound_pods, bound)
 
-    def on_event(kind: str, pod: Any) -> None:
+    def on_event(kind: str, pod: Pod) -> None:
         bound = kube.bound_pod(pod)
         if bound is None:
             return
@@ -101,17 +111,17 @@ def _watch_pods(api: Any, extender: Extender, health: Health) -> kube.ListWatch:
             loop.call_soon_threadsafe(extender.record_bound_pod, bound)
 
     return kube.ListWatch(
-        api.list_pod_for_all_namespaces, on_list, on_event, health, field_selector="spec.nodeName!="
+        api.list_pod_for_all_namespaces, Pod, on_list, on_event, health, field_selector="spec.nodeName!="
     ).start()
 
 
-def watch_configmap(api: Any, ref: ConfigMapRef, reloader: ConfigReloader, health: Health) -> kube.ListWatch:
+def watch_configmap(api: Any, ref: ConfigMapRef, reloader: ConfigReloader, health: Health) -> kube.ListWatch[ConfigMap]:
     """Reload from the ConfigMap object; a rejected version is also written as an Event on it."""
     loop = asyncio.get_running_loop()
     source = f"configmap {ref.namespace}/{ref.name}"
-    latest: list[Any] = []
+    latest: list[ConfigMap] = []
 
-    def offer(configmap: Any) -> None:
+    def offer(configmap: ConfigMap) -> None:
         latest[:] = [configmap]
         text = (configmap.data or {}).get(ref.key)
         if text is None:
@@ -123,13 +133,13 @@ def watch_configmap(api: Any, ref: ConfigMapRef, reloader: ConfigReloader, healt
         if latest:
             loop.run_in_executor(None, kube.configmap_event, api, latest[0], "InvalidConfig", message)
 
-    def on_list(items: list[Any]) -> None:
+    def on_list(items: list[ConfigMap]) -> None:
         if items:
             loop.call_soon_threadsafe(offer, items[0])
         else:
             loop.call_soon_threadsafe(reloader.reject, f"{source} not found")
 
-    def on_event(kind: str, configmap: Any) -> None:
+    def on_event(kind: str, configmap: ConfigMap) -> None:
         if kind == "DELETED":
             loop.call_soon_threadsafe(reloader.reject, f"{source} was deleted")
         elif kind in ("ADDED", "MODIFIED"):
@@ -138,6 +148,7 @@ def watch_configmap(api: Any, ref: ConfigMapRef, reloader: ConfigReloader, healt
     reloader.on_rejected = record_event
     return kube.ListWatch(
         api.list_namespaced_config_map,
+        ConfigMap,
         on_list,
         on_event,
         health,

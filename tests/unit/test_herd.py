@@ -6,11 +6,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kubernetes import client
 
 from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
@@ -28,6 +28,7 @@ from loadext.core.herd import (
 )
 from loadext.core.requests import ExtenderArgs, PodRef
 from loadext.sources.kube import bound_pod
+from loadext.sources.objects import Pod
 
 GiB = 1024**3
 RULE = EstimateRule()
@@ -93,27 +94,28 @@ async def test_incoming_pod_pushes_a_node_just_under_threshold_over(aiohttp_clie
     assert refused == ({"ceph1": "loadext: cpu above 80%"} if enabled else {})
 
 
-def v1_pod(uid: str, node: str, scheduled: datetime, cpu_limit: str = "4", phase: str = "Running") -> Any:
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=uid, namespace="ns", uid=uid, creation_timestamp=datetime.now(UTC)),
-        spec=client.V1PodSpec(
-            node_name=node,
-            containers=[
-                client.V1Container(
-                    name="app",
-                    resources=client.V1ResourceRequirements(requests={"cpu": "1"}, limits={"cpu": cpu_limit}),
-                )
-            ],
-        ),
-        status=client.V1PodStatus(
-            phase=phase,
-            conditions=[client.V1PodCondition(type="PodScheduled", status="True", last_transition_time=scheduled)],
-        ),
-    )
+def v1_pod(uid: str, node: str, scheduled: datetime, cpu_limit: str = "4", phase: str = "Running") -> Pod:
+    """A bound Pod as the API server's JSON has it, decoded the way the pod watch decodes it."""
+
+    def rfc3339(moment: datetime) -> str:
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    pod = {
+        "metadata": {"name": uid, "namespace": "ns", "uid": uid, "creationTimestamp": rfc3339(datetime.now(UTC))},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": cpu_limit}}}],
+        },
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(scheduled)}],
+        },
+    }
+    return msgspec.json.decode(orjson.dumps(pod), type=Pod)
 
 
 async def test_restart_keeps_placement_times_and_deletion_forgets(aiohttp_client: Any) -> None:
-    scheduled = datetime.fromtimestamp(time.time() - 30, UTC)
+    scheduled = datetime.fromtimestamp(int(time.time()) - 30, UTC)  # RFC 3339 in whole seconds, as the API has it
     long_ago = datetime.fromtimestamp(time.time() - 3600, UTC)
     pods = [bound_pod(v1_pod(f"p{i}", "ceph2", scheduled)) for i in range(3)]
     pods.append(bound_pod(v1_pod("ancient", "ceph2", long_ago)))

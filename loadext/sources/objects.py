@@ -1,0 +1,147 @@
+"""The parts of Kubernetes API objects loadext reads, as msgspec structs.
+
+One set of types serves both places Pods and Nodes arrive: the scheduler's extender requests
+(http/protocol.py) and the API server's lists and watches (sources/kube.py). msgspec decodes
+only these fields and skips the rest of each object in C; the kubernetes client's models built
+a Python object for every field of every Pod, which made the pod watch the largest user of the
+GIL after the verbs themselves during a scheduling burst (docs/benchmarks.md). Field names are
+the API's own lowerCamel keys.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from loadext.core.requests import Quantities
+from loadext.core.usage import owner_of
+
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+Requirements = tuple[tuple[Quantities, Quantities], ...]  # (requests, limits) per container
+
+
+class OwnerReference(msgspec.Struct):
+    kind: str = ""
+    name: str = ""
+    controller: bool | None = None
+
+
+class PodLabels(msgspec.Struct):
+    """The one label loadext reads (a Deployment's ReplicaSets as one owner); the rest is skipped in C."""
+
+    template_hash: str = msgspec.field(name="pod-template-hash", default="")
+
+
+class PodMeta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""
+    labels: PodLabels | None = None
+    ownerReferences: list[OwnerReference] | None = None
+    creationTimestamp: str = ""  # RFC 3339; parsed where used, so a scheduler's odd value is no 400
+    deletionTimestamp: str | None = None
+
+    def owner(self) -> str:
+        """usage.owner_of for this pod: its controller, a Deployment's ReplicaSets folded."""
+        refs = ((ref.kind, ref.name, bool(ref.controller)) for ref in self.ownerReferences or ())
+        return owner_of(self.namespace, refs, self.labels.template_hash if self.labels is not None else "")
+
+
+class Resources(msgspec.Struct):
+    requests: Quantities | None = None
+    limits: Quantities | None = None
+
+
+class Container(msgspec.Struct):
+    resources: Resources | None = None
+
+
+def requirements(containers: list[Container] | None) -> Requirements:
+    out = []
+    for container in containers or ():
+        resources = container.resources or Resources()
+        out.append((resources.requests or {}, resources.limits or {}))
+    return tuple(out)
+
+
+class PodSpec(msgspec.Struct):
+    nodeName: str = ""
+    containers: list[Container] | None = None
+    initContainers: list[Container] | None = None
+    overhead: Quantities | None = None
+
+
+class PodCondition(msgspec.Struct):
+    type: str = ""
+    status: str = ""
+    lastTransitionTime: str = ""
+
+
+class PodStatus(msgspec.Struct):
+    phase: str = ""
+    conditions: list[PodCondition] | None = None
+
+
+class Pod(msgspec.Struct):
+    metadata: PodMeta | None = None
+    spec: PodSpec | None = None
+    status: PodStatus | None = None
+
+
+class NodeAddress(msgspec.Struct):
+    type: str = ""
+    address: str = ""
+
+
+class NodeStatus(msgspec.Struct):
+    addresses: list[NodeAddress] | None = None
+    allocatable: Quantities | None = None
+
+    def ips(self) -> tuple[str, ...]:
+        """InternalIPs first (the address node-exporter is scraped on), then ExternalIPs."""
+        found = self.addresses or ()
+        internal = [a.address for a in found if a.type == "InternalIP" and a.address]
+        external = [a.address for a in found if a.type == "ExternalIP" and a.address]
+        return tuple(internal + external)
+
+
+class NodeMeta(msgspec.Struct):
+    name: NonEmpty
+    resourceVersion: str = ""
+    labels: dict[str, str] | None = None
+
+
+class Node(msgspec.Struct):
+    metadata: NodeMeta
+    status: NodeStatus | None = None
+
+
+class ConfigMapMeta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""
+
+
+class ConfigMap(msgspec.Struct):
+    metadata: ConfigMapMeta
+    data: dict[str, str] | None = None
+
+
+class ListMeta(msgspec.Struct):
+    resourceVersion: str = ""
+
+
+class WatchEvent(msgspec.Struct):
+    """One line of a watch stream; `object` is decoded by its type (a Status for ERROR)."""
+
+    type: str
+    object: msgspec.Raw
+
+
+class Status(msgspec.Struct):
+    code: int = 0
+    reason: str = ""
+    message: str = ""

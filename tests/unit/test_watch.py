@@ -1,0 +1,118 @@
+"""kube.ListWatch with a stand-in for one list call of the kubernetes client (the end-to-end
+suite runs it against the real API server): what reaches on_list and on_event, and which
+resourceVersion each request asks for, when the server ends a watch, sends a bookmark, says
+410 Gone, or sends a body that does not decode."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from loadext.sources.kube import ListWatch
+from loadext.sources.objects import Node, Pod
+
+
+class Reply:
+    """What the client returns with _preload_content=False: .data for a list, a stream for a watch."""
+
+    def __init__(self, body: bytes) -> None:
+        self.data = body
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+        yield from (self.data[i : i + 7] for i in range(0, len(self.data), 7))  # lines split across chunks
+
+    def release_conn(self) -> None:
+        pass
+
+
+def pod(name: str, version: str, node: str = "n1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "uid": name, "resourceVersion": version}, "spec": {"nodeName": node}}
+
+
+def event(kind: str, obj: dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": kind, "object": obj}) + b"\n"
+
+
+class Server:
+    """Answers each call from a script; records the versions asked for; stops the watch at the end."""
+
+    def __init__(self, script: list[bytes], watch: ListWatch[Pod] | None = None) -> None:
+        self.script = script
+        self.calls: list[tuple[str, str]] = []
+        self.watch = watch
+
+    def __call__(self, **args: Any) -> Reply:
+        assert args.pop("_preload_content") is False
+        self.calls.append(("watch" if args.get("watch") else "list", args.get("resource_version", "")))
+        if not self.script:
+            assert self.watch is not None
+            self.watch.stop.set()
+            return Reply(b"")
+        return Reply(self.script.pop(0))
+
+
+def run(script: list[bytes]) -> tuple[Server, list[tuple[str, Any]]]:
+    seen: list[tuple[str, Any]] = []
+    server = Server(script)
+    watch = ListWatch(
+        server,
+        Pod,
+        lambda pods: seen.append(("list", [p.metadata.name for p in pods if p.metadata])),
+        lambda kind, p: seen.append((kind, p.metadata.name if p.metadata else None)),
+        field_selector="spec.nodeName!=",
+    )
+    watch.stop.wait = lambda timeout=None: False  # type: ignore[method-assign]  # no backoff pauses
+    server.watch = watch
+    thread = threading.Thread(target=watch.run)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    return server, seen
+
+
+def listing(version: str, *pods: dict[str, Any]) -> bytes:
+    return orjson.dumps({"metadata": {"resourceVersion": version}, "items": list(pods)})
+
+
+def test_watch_goes_on_from_the_last_version_seen_and_bookmarks_only_move_it() -> None:
+    server, seen = run(
+        [
+            listing("10", pod("a", "9")),
+            event("ADDED", pod("b", "11")) + b"\n" + event("BOOKMARK", {"metadata": {"resourceVersion": "15"}}),
+            event("MODIFIED", pod("b", "16")) + event("DELETED", pod("a", "17")),
+        ]
+    )
+    assert seen == [("list", ["a"]), ("ADDED", "b"), ("MODIFIED", "b"), ("DELETED", "a")]
+    # the server ended each watch (its timeout): no re-list, the next watch starts where the last left off
+    assert server.calls == [("list", ""), ("watch", "10"), ("watch", "15"), ("watch", "17")]
+
+
+def test_gone_relists_and_a_bad_body_relists_after_a_pause() -> None:
+    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
+    server, seen = run(
+        [
+            listing("10", pod("a", "9")),
+            event("ERROR", gone),
+            listing("20", pod("a", "9"), pod("c", "19")),
+            b'{"type": "ADDED", "object": {"metadata": {"name": 7}}}\n',
+            listing("30"),
+        ]
+    )
+    assert seen == [("list", ["a"]), ("list", ["a", "c"]), ("list", [])]
+    assert server.calls == [("list", ""), ("watch", "10"), ("list", ""), ("watch", "20"), ("list", ""), ("watch", "30")]
+
+
+def test_a_bookmark_is_no_object_of_the_kind_watched() -> None:
+    """A Node bookmark has no name, which a Node must have: it moves the version only."""
+    seen: list[str] = []
+    node = {"metadata": {"name": "n1", "resourceVersion": "12"}}
+    server = Server([listing("10"), event("BOOKMARK", {"metadata": {"resourceVersion": "11"}}) + event("ADDED", node)])
+    watch = ListWatch(server, Node, lambda nodes: seen.append("list"), lambda kind, n: seen.append(n.metadata.name))
+    watch.on_health = lambda healthy: seen.append(f"healthy={healthy}")
+    server.watch = watch  # type: ignore[assignment]
+    watch.run()
+    assert seen == ["list", "healthy=True", "n1"]
+    assert server.calls == [("list", ""), ("watch", "10"), ("watch", "12")]
