@@ -4,15 +4,18 @@
 
 A real kube-apiserver and kube-scheduler (the E2E suite's, built from Go modules) place the same
 workload twice in one run: once with the default profile, once with the loadext profile (the
-shipped KubeSchedulerConfiguration, herd guard on). Nodes start with skewed background load.
-Pods request 500m CPU but really use 0.1 to 2.5 cores. A simulator plays kubelet and
-node-exporter: it turns "pods bound to a node" into that node's CPU series, each pod's usage
-appearing only after a delay (the rate window), which is what Prometheus and loadext see.
+shipped KubeSchedulerConfiguration, herd guard on, the shipped flags). kwok (built from its Go
+module, scripts/build-go-tool.sh) plays every kubelet: it keeps the Nodes Ready, turns bound pods
+Running, and serves each node's kubelet resource metrics (/metrics/resource:
+node_cpu_usage_seconds_total, container_cpu_usage_seconds_total, ...) from the pods' usage
+annotations (its Metric and ClusterResourceUsage resources). The benchmark's Prometheus scrapes
+those endpoints as it would scrape kubelets, so loadext reads node load and each pod's own usage
+(its default herdGuard.podUsage query) from the same series it reads in production; a new pod
+shows in its node's load only as the 20 s rate() window fills.
 
-Pods come from five workloads (ReplicaSets, so loadext's learned estimates can use owner
-history), each with its own real usage and a limit far above it. The simulator also plays
-cAdvisor: POD_DELAY seconds after a pod is bound, its own usage series appears
-(container_cpu_usage_seconds_total, which loadext's default herdGuard.podUsage query reads).
+Each node starts with skewed background load (a pod pinned to it: 5 % to 65 % CPU). The workload
+is five ReplicaSets whose pods really use 0.1 to 2.5 cores under limits far above that, in
+bursts, so loadext's learned estimates can use owner history.
 
 Prints a table and writes results.json and a plot of per-node utilisation over time.
 """
@@ -22,12 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from itertools import pairwise
 from pathlib import Path
@@ -39,16 +44,70 @@ from kubernetes import client
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness.exporter import Exporter  # noqa: E402
-from harness.kubernetes import ControlPlane, build_components, wait_until  # noqa: E402
+from harness.kubernetes import ControlPlane, build_components, ready_node_status, wait_until  # noqa: E402
 from harness.loadext import ready, serve_argv  # noqa: E402
-from harness.prometheus import PrometheusServer, free_port, scrape_config  # noqa: E402
+from harness.prometheus import PrometheusServer, free_port  # noqa: E402
 
 CORES = 16
 THRESHOLD = 0.8
-DELAY = 20.0  # seconds until a new pod's usage shows in the node's metrics (the rate window)
-POD_DELAY = 5.0  # seconds until cAdvisor's series for the pod itself shows it (two scrapes)
+RATE_WINDOW = 20  # seconds: the node CPU signal's rate() range, so a new pod's usage takes this long to show
 NAMESPACE = "bench"
+KWOK_VERSION = "v0.8.0"
+USAGE_CPU = "kwok.x-k8s.io/usage-cpu"  # the annotation kwok's usage expression reads (millicores)
+
+# kwok's resource usage and kubelet /metrics/resource, as its kustomize/metrics presets define
+# them: a pod uses what its annotations say from the moment it runs; a node, the sum of its pods.
+KWOK_CONFIG = f"""
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterResourceUsage
+metadata:
+  name: usage-from-annotation
+spec:
+  usages:
+  - usage:
+      cpu:
+        expression: >-
+          "{USAGE_CPU}" in pod.metadata.annotations
+          ? Quantity(pod.metadata.annotations["{USAGE_CPU}"]) : Quantity("1m")
+      memory:
+        expression: 'Quantity("200Mi")'
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Metric
+metadata:
+  name: metrics-resource
+spec:
+  path: /metrics/nodes/{{nodeName}}/metrics/resource
+  metrics:
+  - name: container_cpu_usage_seconds_total
+    dimension: container
+    help: Cumulative cpu time consumed by the container in core-seconds
+    kind: counter
+    labels:
+    - {{name: container, value: container.name}}
+    - {{name: namespace, value: pod.metadata.namespace}}
+    - {{name: pod, value: pod.metadata.name}}
+    value: pod.CumulativeUsage("cpu", container.name)
+  - name: container_memory_working_set_bytes
+    dimension: container
+    help: Current working set of the container in bytes
+    kind: gauge
+    labels:
+    - {{name: container, value: container.name}}
+    - {{name: namespace, value: pod.metadata.namespace}}
+    - {{name: pod, value: pod.metadata.name}}
+    value: pod.Usage("memory", container.name)
+  - name: node_cpu_usage_seconds_total
+    dimension: node
+    help: Cumulative cpu time consumed by the node in core-seconds
+    kind: counter
+    value: node.CumulativeUsage("cpu")
+  - name: node_memory_working_set_bytes
+    dimension: node
+    help: Current working set of the node in bytes
+    kind: gauge
+    value: node.Usage("memory")
+"""
 
 
 @dataclass(frozen=True)
@@ -73,84 +132,105 @@ def background(i: int, nodes: int) -> float:
     return 0.05 + 0.6 * i / max(nodes - 1, 1)
 
 
-class Simulator:
-    """Plays kubelet and node-exporter: node CPU = background + pods bound over DELAY seconds ago."""
+def millicores(cores: float) -> str:
+    return f"{round(cores * 1000)}m"
 
-    def __init__(self, core: Any, exporter: Exporter, nodes: dict[str, float]) -> None:
-        self.core, self.exporter, self.nodes = core, exporter, nodes
-        self.bound_at: dict[str, tuple[str, float, float]] = {}  # pod -> (node, when seen bound, usage)
-        self.measured: set[str] = set()  # pods whose own cAdvisor series are published
+
+def cores_of(pod: dict[str, Any]) -> float:
+    return int(pod["metadata"]["annotations"][USAGE_CPU].removesuffix("m")) / 1000
+
+
+def list_pods(api: Any) -> list[dict[str, Any]]:
+    """The namespace's pods as plain JSON (the client's models cost seconds per list here)."""
+    reply = client.CoreV1Api(api).list_namespaced_pod(NAMESPACE, _preload_content=False)
+    items: list[dict[str, Any]] = json.loads(reply.data)["items"]
+    return items
+
+
+class Truth:
+    """What kwok serves as each node's CPU use, sampled twice a second: the usage annotations of
+    the pods Running there (its background pod and whatever was placed), over its cores. The
+    plot and the over-threshold minutes use this; loadext sees it only through Prometheus."""
+
+    def __init__(self, api: Any, nodes: list[str]) -> None:
+        self.api = api
         self.series: dict[str, list[tuple[float, float]]] = {n: [] for n in nodes}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> Simulator:
-        self._publish(time.time())
+    def start(self) -> Truth:
+        self.sample()
         self._thread.start()
         return self
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
-            self._publish(time.time())
+            self.sample()
 
-    def _publish(self, now: float) -> None:
-        for pod in self.core.list_namespaced_pod(NAMESPACE).items:
-            if pod.spec.node_name in self.nodes and pod.metadata.name not in self.bound_at:
-                usage = float(pod.metadata.annotations["bench/usage-cores"])
-                self.bound_at[pod.metadata.name] = (pod.spec.node_name, now, usage)
-        visible: dict[str, float] = dict.fromkeys(self.nodes, 0.0)
-        for name, (node, since, usage) in self.bound_at.items():
-            if now - since >= DELAY:
-                visible[node] += usage
-            if now - since >= POD_DELAY and name not in self.measured:
-                self.measured.add(name)
-                labels = {"namespace": NAMESPACE, "pod": name, "container": "app"}
-                self.exporter.set_counter_rate("container_cpu_usage_seconds_total", usage, **labels)
-                self.exporter.set_gauge("container_memory_working_set_bytes", 200 * 2**20, **labels)
-        for node, base in self.nodes.items():
-            ratio = base + visible[node] / CORES
-            self.exporter.set_gauge("sim_cpu", ratio, node=node)
-            self.exporter.set_gauge("sim_memory", 0.3, node=node)
-            self.series[node].append((now, ratio))
+    def sample(self) -> None:
+        now = time.time()
+        used = dict.fromkeys(self.series, 0.0)
+        for pod in list_pods(self.api):
+            node = pod["spec"].get("nodeName")
+            if node in used and pod.get("status", {}).get("phase") == "Running":
+                used[node] += cores_of(pod)
+        for node, cores in used.items():
+            self.series[node].append((now, cores / CORES))
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
 
 
-def make_nodes(core: Any, prefix: str, count: int) -> dict[str, float]:
-    nodes = {}
+def make_nodes(core: Any, prefix: str, count: int) -> list[str]:
+    """Ready 16-core Nodes (kwok keeps them so), each with its background load as a pinned pod."""
+    names = []
     for i in range(count):
         name = f"{prefix}-{i:02d}"
         core.create_node(
-            client.V1Node(
-                metadata=client.V1ObjectMeta(name=name, labels={"bench/run": prefix, "kubernetes.io/hostname": name})
-            )
-        )
-        core.patch_node(name, {"spec": {"taints": None}})
-        resources = {"cpu": str(CORES), "memory": "64Gi", "pods": "110"}
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        core.patch_node_status(
-            name,
             {
-                "status": {
-                    "capacity": resources,
-                    "allocatable": resources,
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": "True",
-                            "reason": "KubeletReady",
-                            "message": "sim",
-                            "lastHeartbeatTime": now,
-                            "lastTransitionTime": now,
-                        }
-                    ],
-                }
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"bench/run": prefix, "kubernetes.io/hostname": name}},
+                "status": ready_node_status(name, str(CORES), "64Gi", message="kwok"),
+            }
+        )
+        # The TaintNodesByCondition admission plugin taints a new Node not-ready; the node
+        # lifecycle controller (not run here) would lift it once the Node reports Ready.
+        core.patch_node(name, {"spec": {"taints": None}})
+        core.create_namespaced_pod(
+            NAMESPACE,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-background",
+                    "annotations": {USAGE_CPU: millicores(background(i, count) * CORES)},
+                },
+                "spec": {
+                    "nodeName": name,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "system", "image": "registry.k8s.io/pause:3.10"}],
+                },
             },
         )
-        nodes[name] = background(i, count)
-    return nodes
+        names.append(name)
+    return names
+
+
+def kubelet_scrape_config(kwok_address: str, nodes: list[str]) -> str:
+    """Prometheus scraping kwok's per-node /metrics/resource as it scrapes kubelets, the node's
+    name as the `node` label (as kube-prometheus-stack's kubelet job relabels it)."""
+    targets = [
+        {"targets": [kwok_address], "labels": {"node": n, "__metrics_path__": f"/metrics/nodes/{n}/metrics/resource"}}
+        for n in nodes
+    ]
+    return yaml.safe_dump(
+        {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{"job_name": "kubelet", "static_configs": targets}],
+        }
+    )
 
 
 def real_usage(workload: Workload, index: int) -> float:
@@ -160,10 +240,11 @@ def real_usage(workload: Workload, index: int) -> float:
 
 
 def run_workload(
-    core: Any, prefix: str, scheduler: str, bursts: int, size: int, gap: float, after_burst: Any
+    api: Any, prefix: str, scheduler: str, bursts: int, size: int, gap: float, after_burst: Any
 ) -> list[list[str]]:
     """Creates the bursts (calling after_burst(names) once each is bound, or after 30 s);
     returns the pod names of each burst."""
+    core = client.CoreV1Api(api)
     names = []
     for b in range(bursts):
         burst = []
@@ -185,7 +266,7 @@ def run_workload(
                 client.V1Pod(
                     metadata=client.V1ObjectMeta(
                         name=name,
-                        annotations={"bench/usage-cores": f"{real_usage(workload, index):.3f}"},
+                        annotations={USAGE_CPU: millicores(real_usage(workload, index))},
                         labels={"pod-template-hash": template_hash},
                         owner_references=[owner],
                     ),
@@ -210,7 +291,7 @@ def run_workload(
         names.append(burst)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not all(
-            p.spec.node_name for p in core.list_namespaced_pod(NAMESPACE).items if p.metadata.name in burst
+            p["spec"].get("nodeName") for p in list_pods(api) if p["metadata"]["name"] in burst
         ):
             time.sleep(0.2)
         after_burst(burst)
@@ -219,27 +300,27 @@ def run_workload(
 
 
 def measure(
-    sim: Simulator, core: Any, bursts: list[list[str]], start: float, estimates: dict[str, tuple[float, str]]
+    truth: Truth, api: Any, bursts: list[list[str]], start: float, estimates: dict[str, tuple[float, str]]
 ) -> dict[str, Any]:
-    listed = {p.metadata.name: p for p in core.list_namespaced_pod(NAMESPACE).items}
-    pods = {name: pod.spec.node_name for name, pod in listed.items()}
+    listed = {p["metadata"]["name"]: p for p in list_pods(api)}
+    pods = {name: pod["spec"].get("nodeName") for name, pod in listed.items()}
     waits = []
     for burst in bursts:
         for name in burst:
             pod = listed[name]
             bound = next(
                 (
-                    c.last_transition_time
-                    for c in pod.status.conditions or ()
-                    if c.type == "PodScheduled" and c.status == "True"
+                    c["lastTransitionTime"]
+                    for c in pod.get("status", {}).get("conditions", ())
+                    if c["type"] == "PodScheduled" and c["status"] == "True"
                 ),
                 None,
             )
-            ended = bound.timestamp() if bound else time.time()
-            waits.append(ended - pod.metadata.creation_timestamp.timestamp())
-    final = {node: series[-1][1] for node, series in sim.series.items()}
+            ended = timestamp(bound) if bound else time.time()
+            waits.append(ended - timestamp(pod["metadata"]["creationTimestamp"]))
+    final = {node: series[-1][1] for node, series in truth.series.items()}
     over = 0.0
-    for series in sim.series.values():
+    for series in truth.series.values():
         for (t0, value), (t1, _) in pairwise(series):
             if t0 >= start and value > THRESHOLD:
                 over += t1 - t0
@@ -252,7 +333,7 @@ def measure(
         largest_burst = max([largest_burst, *counts.values()])
     values = sorted(final.values())
     return {
-        "max node CPU": max(v for s in sim.series.values() for t, v in s if t >= start),
+        "max node CPU": max(v for s in truth.series.values() for t, v in s if t >= start),
         "p90 node CPU (end)": values[min(len(values) - 1, int(0.9 * len(values)))],
         "stddev across nodes (end)": statistics.pstdev(values),
         "node-minutes over 80%": over / 60,
@@ -263,14 +344,18 @@ def measure(
     }
 
 
-def estimate_errors(listed: dict[str, Any], estimates: dict[str, tuple[float, str]]) -> dict[str, Any]:
+def timestamp(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339).timestamp()
+
+
+def estimate_errors(listed: dict[str, dict[str, Any]], estimates: dict[str, tuple[float, str]]) -> dict[str, Any]:
     """From loadext's explain --pod: how far each pod's CPU estimate was from what it really
     uses, |estimate - real| / real, by where the estimate came from."""
     if not estimates:
         return {}
     errors: dict[str, list[float]] = {"owner": [], "factor": []}
     for name, (cores, source) in estimates.items():
-        real = float(listed[name].metadata.annotations["bench/usage-cores"])
+        real = cores_of(listed[name])
         errors.setdefault(source, []).append(abs(cores - real) / real)
     out: dict[str, Any] = {}
     for source, values in errors.items():
@@ -293,15 +378,15 @@ def explain_estimates(port: int, pods: list[str], into: dict[str, tuple[float, s
         into[name] = (float(estimate["cpuCores"]), str(estimate["source"]["cpu"]))
 
 
-def plot(results: dict[str, Any], sims: dict[str, Simulator], starts: dict[str, float], out: Path) -> Path:
+def plot(results: dict[str, Any], truths: dict[str, Truth], starts: dict[str, float], out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
-    for ax, (label, sim) in zip(axes, sims.items(), strict=True):
-        for node, series in sim.series.items():
+    for ax, (label, truth) in zip(axes, truths.items(), strict=True):
+        for node, series in truth.series.items():
             ax.plot([t - starts[label] for t, _ in series], [v for _, v in series], linewidth=1, label=node[-2:])
         ax.axhline(THRESHOLD, color="red", linestyle="--", linewidth=1)
         m = results[label]
@@ -309,8 +394,8 @@ def plot(results: dict[str, Any], sims: dict[str, Simulator], starts: dict[str, 
             f"{label}: max {m['max node CPU']:.0%}, {m['node-minutes over 80%']:.1f} node-min over 80%", fontsize=10
         )
         ax.set_xlabel("seconds since the first burst")
-    axes[0].set_ylabel("node CPU (truth, as the simulator sets it)")
-    if len(next(iter(sims.values())).series) <= 16:  # beyond that a legend hides the lines
+    axes[0].set_ylabel("node CPU (truth, as kwok serves it)")
+    if len(next(iter(truths.values())).series) <= 16:  # beyond that a legend hides the lines
         axes[1].legend(fontsize=6, ncol=2, title="node")
     fig.suptitle("Closed-loop placement benchmark (benchmarks/placement/run.py)", fontsize=11)
     fig.tight_layout()
@@ -318,6 +403,35 @@ def plot(results: dict[str, Any], sims: dict[str, Simulator], starts: dict[str, 
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
+
+
+# kwok's own stages, as shipped in its module: Nodes kept Ready with heartbeats, pods Running
+# at once (and completed or deleted as kubelets do).
+KWOK_STAGES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat/node-heartbeat.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+)
+
+
+def build_kwok() -> tuple[Path, str]:
+    """kwok's binary (built once into the tool cache) and its shipped stages' YAML."""
+    package = "sigs.k8s.io/kwok/cmd/kwok"
+    script = ROOT / "scripts" / "build-go-tool.sh"
+    about = "about 4 minutes on 2 cores"
+    built = subprocess.run(
+        ["bash", str(script), "kwok", package, KWOK_VERSION, about], stdout=subprocess.PIPE, text=True, check=True
+    )
+    module = subprocess.run(
+        ["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{KWOK_VERSION}"],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    stages = Path(json.loads(module.stdout)["Dir"]) / "kustomize" / "stage"
+    return Path(built.stdout.strip()), "\n---\n".join((stages / name).read_text() for name in KWOK_STAGES)
 
 
 def main() -> int:
@@ -329,14 +443,37 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="loadext-placement-"))
+    kwok, kwok_stages = build_kwok()
     plane = ControlPlane(workdir, build_components())
-    exporter = Exporter()
-    exporter.set_gauge("sim_ready", 1)
-    prom = PrometheusServer(str(workdir), scrape_config(exporter.target))
+    runs = (("default scheduler", "dflt", "default-profile"), ("loadext", "lext", "loadext-scheduler"))
+    node_names = {prefix: [f"{prefix}-{i:02d}" for i in range(args.nodes)] for _, prefix, _ in runs}
+    kwok_address = f"127.0.0.1:{free_port()}"
+    prom = PrometheusServer(
+        str(workdir), kubelet_scrape_config(kwok_address, [n for names in node_names.values() for n in names])
+    )
     try:
         plane.start()
-        core = client.CoreV1Api(plane.api())
+        api = plane.api()
+        core = client.CoreV1Api(api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        (workdir / "kwok.yaml").write_text(kwok_stages + "\n---\n" + KWOK_CONFIG)
+        kwok_process = plane.spawn(
+            "kwok",
+            [
+                str(kwok),
+                f"--kubeconfig={plane.admin_kubeconfig}",
+                f"--config={workdir / 'kwok.yaml'}",
+                "--manage-all-nodes=true",
+                f"--server-address={kwok_address}",
+                "--node-ip=127.0.0.1",  # fake addresses in API objects only; loopback all the same
+                "--cidr=127.8.0.0/16",
+            ],
+        )
+        wait_until(
+            lambda: urllib.request.urlopen(f"http://{kwok_address}/healthz", timeout=1).status == 200,
+            "kwok /healthz",
+            process=kwok_process,
+        )
         config = workdir / "loadext.yaml"
         config.write_text(
             yaml.safe_dump(
@@ -345,10 +482,20 @@ def main() -> int:
                     "refreshInterval": "1s",
                     "maxDataAge": "30s",
                     "signals": [
-                        {"name": "cpu", "query": "sim_cpu", "threshold": THRESHOLD, "weight": 1},
-                        {"name": "memory", "query": "sim_memory", "threshold": 0.9, "weight": 0},
+                        {
+                            "name": "cpu",
+                            "query": f"rate(node_cpu_usage_seconds_total[{RATE_WINDOW}s]) / {CORES}",
+                            "threshold": THRESHOLD,
+                            "weight": 1,
+                        },
+                        {
+                            "name": "memory",
+                            "query": "node_memory_working_set_bytes / (64 * 2^30)",
+                            "threshold": 0.9,
+                            "weight": 0,
+                        },
                     ],
-                    "herdGuard": {"enabled": True, "window": f"{DELAY + 5:.0f}s"},
+                    "herdGuard": {"enabled": True, "window": f"{RATE_WINDOW + 5}s"},
                 }
             )
         )
@@ -376,38 +523,37 @@ def main() -> int:
             plane.admin_kubeconfig,
         )
         results: dict[str, Any] = {}
-        sims: dict[str, Simulator] = {}
+        truths: dict[str, Truth] = {}
         starts: dict[str, float] = {}
-        for label, prefix, scheduler in (
-            ("default scheduler", "dflt", "default-profile"),
-            ("loadext", "lext", "loadext-scheduler"),
-        ):
-            nodes = make_nodes(core, prefix, args.nodes)
-            sim = sims[label] = Simulator(core, exporter, nodes).start()
+        for label, prefix, scheduler in runs:
+            make_nodes(core, prefix, args.nodes)
+            truth = truths[label] = Truth(api, node_names[prefix]).start()
+            # Every node's load visible to loadext: the rate() window has filled since the
+            # background pods started running.
             prom.wait_for(
-                f'count(sim_cpu{{node=~"{prefix}-.*"}})',
+                f'count(rate(node_cpu_usage_seconds_total{{node=~"{prefix}-.*"}}[{RATE_WINDOW}s]) > 0)',
                 lambda r, n=args.nodes: bool(r) and float(r[0]["value"][1]) == n,
+                timeout=60,
             )
-            time.sleep(3)  # loadext refreshes and sees these nodes
+            time.sleep(RATE_WINDOW + 3)  # the window holds nothing but the background pods' usage
             starts[label] = time.time()
             estimates: dict[str, tuple[float, str]] = {}
             after = partial(explain_estimates, port, into=estimates) if prefix == "lext" else len
-            bursts = run_workload(core, prefix, scheduler, args.bursts, args.burst_size, args.gap, after)
-            time.sleep(DELAY + 5)  # every pod's usage visible
-            sim.stop()
-            results[label] = measure(sim, core, bursts, starts[label], estimates)
+            bursts = run_workload(api, prefix, scheduler, args.bursts, args.burst_size, args.gap, after)
+            time.sleep(RATE_WINDOW + 5)  # every pod's usage visible
+            truth.stop()
+            results[label] = measure(truth, api, bursts, starts[label], estimates)
             if estimates:
                 by_burst = [sum(estimates.get(n, (0, ""))[1] == "owner" for n in burst) for burst in bursts]
                 print(f"{label}: pods estimated from owner history, per burst: {by_burst}", file=sys.stderr)
             print(f"{label}: {results[label]}", file=sys.stderr)
-        picture = plot(results, sims, starts, args.out)
+        picture = plot(results, truths, starts, args.out)
         (workdir / "results.json").write_text(json.dumps(results, indent=2))
         print(table(results))
         print(f"\nplot: {picture}")
     finally:
         plane.stop()
         prom.stop()
-        exporter.close()
     return 0
 
 
