@@ -274,7 +274,13 @@ class Extender:
                 self._errors_noted[uid, resource] = True
                 self._estimate_errors.append(EstimateError(resource, sources[i], (values[i] - value) / value))
             values[i], sources[i] = value, "measured"
-        return replace(placement, usage=Usage(values[0], values[1]), sources=(sources[0], sources[1]))
+        measured_at = placement.measured_at
+        if "measured" in sources and not measured_at:  # it runs: from now its node's metrics take it in
+            counted = self.inflight.get(uid)  # a watch event re-estimates a pod measured before
+            measured_at = counted.measured_at if counted is not None and counted.measured_at else self.clock()
+        return replace(
+            placement, usage=Usage(values[0], values[1]), sources=(sources[0], sources[1]), measured_at=measured_at
+        )
 
     def record_binding(self, uid: str, node: str) -> None:
         """loadext bound the pod itself: count it now, before the watch reports it."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +25,9 @@ from loadext.core.herd import (
     Usage,
     container_estimate,
     corrected,
+    next_change,
     pod_estimate,
+    unseen_share,
 )
 from loadext.core.requests import ExtenderArgs, PodRef
 from loadext.sources.kube import bound_pod
@@ -250,25 +253,50 @@ def test_fast_herd_correction_equals_the_reference(
         extender.expect_placement(uid, asked[-1])  # the next call sees one more placement in flight
 
 
+def test_a_measured_pod_fades_out_in_steps_until_the_window_ends() -> None:
+    """Placed at 0 with a 100 s window, measured at 20: its node's metrics take it in over the
+    80 s left, so it counts 1, 3/4, 1/2, 1/4 of its usage, a step every 20 s, then nothing."""
+    unmeasured = Placement("n1", 0.0, Usage(2.0, 100.0))
+    assert unseen_share(unmeasured, 100, 99) == 1.0
+    assert next_change(unmeasured, 100, 5) == 100
+    measured = replace(unmeasured, measured_at=20.0)
+    shares = {t: unseen_share(measured, 100, t) for t in (20, 39.9, 40, 59, 60, 80, 99.9)}
+    assert shares == {20: 1.0, 39.9: 1.0, 40: 0.75, 59: 0.75, 60: 0.5, 80: 0.25, 99.9: 0.25}
+    assert [next_change(measured, 100, t) for t in (20, 39.9, 40, 85)] == [40, 40, 60, 100]
+    inflight = InFlight(window=100)
+    inflight.place("p", measured, 20.0)
+    assert inflight.per_node(30.0)["n1"][0] == Usage(2.0, 100.0)
+    version = inflight.version
+    assert inflight.per_node(41.0)["n1"][0] == Usage(1.5, 75.0)
+    assert inflight.changed_since(version) == ["n1"]  # the step re-judges that node, and only it
+    assert inflight.per_node(99.0)["n1"][0] == Usage(0.5, 25.0)
+    assert "n1" not in inflight.per_node(100.0)
+
+
 @settings(max_examples=200)
 @given(
     steps=st.lists(
         st.tuples(
-            st.sampled_from(["place", "remove", "expire"]), st.integers(0, 5), st.integers(0, 3), st.integers(0, 90)
+            st.sampled_from(["place", "remove", "expire"]),
+            st.integers(0, 5),
+            st.integers(0, 3),
+            st.integers(0, 90),
+            st.integers(0, 90),
         ),
         max_size=40,
     )
 )
-def test_in_flight_sums_and_changes_match_a_recount(steps: list[tuple[str, int, int, int]]) -> None:
-    """The incremental per-node sums equal a recount of the pods in the window, and every node
-    whose sum changed is reported by changed_since."""
+def test_in_flight_sums_and_changes_match_a_recount(steps: list[tuple[str, int, int, int, int]]) -> None:
+    """The incremental per-node sums equal a recount of the pods in the window, each at its
+    unseen share, as time passes; and every node whose sum changed is reported by changed_since."""
     inflight, now = InFlight(window=60), 1000.0
     expected: dict[str, Placement] = {}
-    for action, pod, node, age in steps:
+    for action, pod, node, age, measured in steps:
         before, version = dict(inflight.per_node(now)), inflight.version
         uid = f"pod-{pod}"
         if action == "place":
-            placement = Placement(f"n{node}", now - age, Usage(pod + 1, node))
+            measured_at = now - age + measured if 0 < measured <= age else 0.0
+            placement = Placement(f"n{node}", now - age, Usage(pod + 1, node), measured_at=measured_at)
             inflight.place(uid, placement, now)
             expected.pop(uid, None)
             if age < 60:
@@ -282,7 +310,7 @@ def test_in_flight_sums_and_changes_match_a_recount(steps: list[tuple[str, int, 
         recount: dict[str, tuple[Usage, int]] = {}
         for placement in expected.values():
             usage, count = recount.get(placement.node, (Usage(), 0))
-            recount[placement.node] = (usage + placement.usage, count + 1)
+            recount[placement.node] = (usage + placement.usage.scaled(unseen_share(placement, 60, now)), count + 1)
         after = inflight.per_node(now)
         assert {n: (pytest.approx((u.cpu, u.memory)), c) for n, (u, c) in after.items()} == {
             n: ((u.cpu, u.memory), c) for n, (u, c) in recount.items()

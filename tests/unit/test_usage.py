@@ -123,6 +123,12 @@ def test_a_measured_pod_replaces_its_estimate_in_its_nodes_correction() -> None:
     assert verdict.passed, verdict  # and the incoming pod counts as its owner's 0.2, not 1.7
     assert extender.estimate(incoming).sources[0] == "owner"
     assert extender.publish_pod_usage({"cpu": measured}) == []  # each pod's error is counted once
+    # Measured means running: from then on the node's own metrics take the pod in, and its share
+    # fades (herd.FADE_STEPS). A later watch event for the pod keeps when that began.
+    counted = extender.inflight.get("u1")
+    assert counted is not None and placed_at <= counted.measured_at <= time.time()
+    extender.record_bound_pod(sibling(1))
+    assert extender.inflight.get("u1") == counted
 
 
 async def test_preempt_takes_off_what_a_measured_victim_really_uses(aiohttp_client: Any) -> None:
