@@ -35,6 +35,7 @@ from loadext.core.herd import (
     Usage,
     allocatable,
     corrected,
+    corrected_heat,
     corrected_one,
 )
 from loadext.core.herd import pod_estimate as estimate_from_spec
@@ -478,11 +479,25 @@ class Extender:
         herd_soft = self.config.herd_guard.enabled and self.config.herd_guard.soft
         threshold_soft = self.config.filter_mode == "soft"
         heats: list[float | None] = []
-        if threshold_soft:
+        herd_heats: list[float | None] = []
+        if threshold_soft or herd_soft:
+            estimate = self._estimates.get(args.pod.uid) if args.pod is not None else None
+            incoming = estimate.usage if estimate is not None else Usage()
+            own = self.inflight.get(args.pod.uid) if args.pod is not None else None
+            in_flight = self.inflight.per_node(self.clock())
             for candidate in self._candidates(args.names, identities, measured, table):
-                samples = candidate.samples
-                heats.append(heat(samples, self.config, candidate.pool, candidate.measured) if samples else None)
-        chosen, why = soft_choice(measured, heats, herd_soft, threshold_soft)
+                samples, placed = candidate.samples, in_flight.get(candidate.name, NO_PLACEMENTS)
+                heats.append(
+                    heat(samples, self.config, candidate.pool, candidate.measured)
+                    if threshold_soft and samples
+                    else None
+                )
+                herd_heats.append(
+                    corrected_heat(candidate, placed, incoming, self.directory.allocatable, self.config, own)
+                    if herd_soft and candidate.measured.passed
+                    else None
+                )
+        chosen, why = soft_choice(measured, heats, herd_heats, herd_soft, threshold_soft)
         if chosen:
             now = self.clock()
             if now - self._soft_logged.get(why, 0.0) >= 10:

@@ -328,18 +328,57 @@ def corrected_one(
     burstCap placements is refused outright. `own` is the incoming pod's expected placement
     from an earlier attempt: it is the pod being judged, so it must not count against its node
     twice."""
-    usage, placements = placed
-    if own is not None and candidate.name == own.node and placements:
-        usage, placements = usage - own.usage, placements - 1
+    usage, placements = _without_own(candidate.name, placed, own)
     burst_cap = config.herd_guard.burst_cap
     if burst_cap and placements >= burst_cap:
         return burst_verdict(placements, config.herd_guard.window)
-    node_capacity = capacity(candidate.name)
-    extra = usage + incoming
-    if not node_capacity or not candidate.samples or (extra.cpu == 0 and extra.memory == 0):
+    ratios = _extra_ratios(candidate.name, usage + incoming, capacity)
+    if not ratios or not candidate.samples:
         return candidate.measured  # nothing to add, or nothing to add it to
-    ratios = {r: extra.get(r) / node_capacity[r] for r in RESOURCES if node_capacity.get(r)}
     return judge(with_extra_load(candidate.samples, ratios), config, now, candidate.pool)
+
+
+def corrected_heat(
+    candidate: Candidate,
+    placed: tuple[Usage, int],
+    incoming: Usage,
+    capacity: Callable[[str], Mapping[str, float] | None],
+    config: Config,
+    own: Placement | None = None,
+) -> float | None:
+    """How full a node would be with the pods in flight on it and the incoming pod: its worst
+    (measured + estimated) / threshold over the signals with thresholds, not capped at 1 (so
+    nodes past their thresholds still rank). None without samples. Soft mode passes the nodes
+    lowest by it when the herd guard refused every candidate."""
+    if not candidate.samples:
+        return None
+    usage, _ = _without_own(candidate.name, placed, own)
+    ratios = _extra_ratios(candidate.name, usage + incoming, capacity) or {}
+    signals = candidate.pool.signals if candidate.pool is not None else config.signals
+    fullness = [
+        (sample.value + ratios.get(signal.name, 0.0)) / signal.threshold
+        for signal in signals
+        if signal.threshold and (sample := candidate.samples.get(signal.name)) is not None
+    ]
+    return max(fullness, default=None)
+
+
+def _without_own(node: str, placed: tuple[Usage, int], own: Placement | None) -> tuple[Usage, int]:
+    usage, placements = placed
+    if own is not None and node == own.node and placements:
+        return usage - own.usage, placements - 1
+    return usage, placements
+
+
+def _extra_ratios(
+    node: str, extra: Usage, capacity: Callable[[str], Mapping[str, float] | None]
+) -> dict[str, float] | None:
+    """`extra` as ratios of the node's allocatable, per resource; None when there is nothing to
+    add or nothing to divide by."""
+    node_capacity = capacity(node)
+    if not node_capacity or (extra.cpu == 0 and extra.memory == 0):
+        return None
+    return {r: extra.get(r) / node_capacity[r] for r in RESOURCES if node_capacity.get(r)}
 
 
 class IncomingVerdicts:

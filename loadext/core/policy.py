@@ -8,7 +8,7 @@ knows when its earliest sample crosses maxDataAge and must be rebuilt.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from loadext.config import Config, Pool
@@ -123,26 +123,42 @@ def heat(samples: Mapping[str, Sample], config: Config, pool: Pool | None, verdi
 
 
 def soft_choice(
-    measured: Sequence[Verdict], heats: Sequence[float | None], herd_soft: bool, threshold_soft: bool
+    measured: Sequence[Verdict],
+    heats: Sequence[float | None],
+    herd_heats: Sequence[float | None],
+    herd_soft: bool,
+    threshold_soft: bool,
 ) -> tuple[list[int], str]:
     """The candidates to pass when loadext would refuse every one of them, and why; ([], "")
     keeps the refusal. A load-aware filter should make placement better, never impossible:
 
-    - "herd" (herdGuard.soft): the nodes under every threshold by measurement, refused only for
-      the pods in flight (estimates, burst cap). All of them pass; prioritize ranks them.
+    - "herd" (herdGuard.soft): of the nodes under every threshold by measurement, refused only
+      for the pods in flight (estimates, burst cap), the least full counting those pods and the
+      incoming one (herd.corrected_heat, ties together); all of them where that is unknown.
+      Passing them all let the scheduler's own scores pick hot nodes (the kwok closed loop):
+      one at a time, each call's pick counts in flight for the next, so a burst fills the
+      nodes from the emptiest up.
     - "threshold" (filterMode: soft): nodes refused only for being over soft thresholds; the
       least hot pass (the lowest worst value/threshold, ties together).
     """
     if herd_soft:
         chosen = [i for i, verdict in enumerate(measured) if verdict.passed]
         if chosen:
-            return chosen, "herd"
+            return _least(chosen, herd_heats) or chosen, "herd"
     if threshold_soft:
-        candidates = [(h, i) for i, h in enumerate(heats) if h is not None]
-        if candidates:
-            least = min(h for h, _ in candidates)
-            return [i for h, i in candidates if h == least], "threshold"
+        least = _least(range(len(heats)), heats)
+        if least:
+            return least, "threshold"
     return [], ""
+
+
+def _least(indices: Iterable[int], heats: Sequence[float | None]) -> list[int]:
+    """Of `indices`, those whose heat is known and lowest (ties together)."""
+    known = [(h, i) for i in indices if (h := heats[i]) is not None]
+    if not known:
+        return []
+    lowest = min(h for h, _ in known)
+    return [i for h, i in known if h == lowest]
 
 
 def _percent(ratio: float) -> str:

@@ -1,6 +1,6 @@
 """Soft mode: loadext never makes placement impossible only because of its own estimates, and,
 with filterMode soft, not because the whole cluster is hot either: when it would refuse every
-candidate, it passes the least loaded, says so in a metric, and prioritize ranks them."""
+candidate, it passes the least loaded (counting the pods in flight), and says so in a metric."""
 
 from __future__ import annotations
 
@@ -49,8 +49,10 @@ async def test_a_burst_cap_on_every_node_does_not_strand_the_pod(aiohttp_client:
     ext = stored_app(GUARD % "", {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
     one_pod_placed_on_every_node(ext)
     reply, metrics = await filter_names(aiohttp_client, ext)
-    assert sorted(reply["NodeNames"]) == ["ceph1", "ceph2", "ceph3"]  # all under their thresholds
-    assert reply["FailedAndUnresolvableNodes"] == {}
+    # All three under their thresholds, each at its cap: the least full passes, ceph2 at 20 %
+    # (one at a time, so that a burst fills the nodes from the emptiest up).
+    assert reply["NodeNames"] == ["ceph2"]
+    assert sorted(reply["FailedAndUnresolvableNodes"]) == ["ceph1", "ceph3"]
     assert 'loadext_filter_soft_passes_total{reason="herd"} 1.0' in metrics
 
 
@@ -80,3 +82,21 @@ async def test_soft_mode_changes_nothing_while_some_node_passes(aiohttp_client: 
     ext = stored_app(HOT % "", {"ceph1": 0.95, "ceph2": 0.5, "ceph3": 0.97}, MEMORY)
     reply, metrics = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == ["ceph2"] and "loadext_filter_soft_passes_total{" not in metrics
+
+
+async def test_the_herd_soft_pass_counts_what_is_in_flight(aiohttp_client: Any) -> None:
+    """Every node refused for the pods in flight (burstCap 10, not reached): the one passed is
+    the least full counting them and the incoming pod, not the least loaded by measurement.
+    ceph2 measures 70 % but has three pods (1.7 of 31.5 cores each) in flight; ceph1 measures
+    76 % with none."""
+    ext = stored_app(GUARD % "0", {"ceph1": 0.76, "ceph2": 0.70, "ceph3": 0.78}, MEMORY)
+    extender = ext.extender
+    pod = decode_extender_args(fixture_bytes("filter-names.json")).args.pod
+    assert pod is not None
+    for node in ("ceph1", "ceph2", "ceph3"):
+        extender.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
+    for i in range(3):
+        extender.record_placement(f"recent-{i}", "ceph2", time.time(), extender.estimate(pod).usage)
+    reply, metrics = await filter_names(aiohttp_client, ext)
+    assert reply["NodeNames"] == ["ceph1"]  # 76 % + 5.4 %, against 70 % + 4 x 5.4 % and 78 % + 5.4 %
+    assert 'loadext_filter_soft_passes_total{reason="herd"} 1.0' in metrics
