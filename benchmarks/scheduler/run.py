@@ -1,4 +1,5 @@
-"""Scheduler throughput on the real kube-scheduler: no extender, the Go reference, loadext.
+"""Scheduler throughput on the real kube-scheduler: no extender, the Go reference, the Python
+HTTP floor, loadext.
 
     python3 benchmarks/scheduler/run.py [--nodes 500 5000] [--pods 2000] [--out FILE]
 
@@ -11,7 +12,10 @@ dropped as warm-up), the mean scheduling attempt from its scheduler_scheduling_a
 metric. The extender entries differ only in their URL: filter + prioritize, names only
 (nodeCacheCapable), weight 5, as manifests/ ship it. loadext runs with the shipped flags
 (--watch-nodes, herd guard on), fed by a real Prometheus holding a series per node; the Go
-reference (benchmarks/reference/) decides the same values from a file.
+reference (benchmarks/reference/) decides the same values from a file; the floor
+(benchmarks/floor.py --echo) is aiohttp and orjson alone answering correctly (every node passes,
+every score 0): the fastest a Python extender on this HTTP stack can be, so loadext's distance
+to it is what loadext's own work costs the scheduler.
 """
 
 from __future__ import annotations
@@ -159,7 +163,7 @@ def measure(
     rate = (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else 0.0
     delete_pods(core)
     result = {"pods_per_s": rate, "attempt_ms": attempt, "all_bound_s": times[-1] - started}
-    if before is not None and extender_url is not None:
+    if before is not None and extender_url is not None:  # loadext's own metrics
         after = server_seconds(extender_url)
         for verb in ("filter", "prioritize"):
             (sum0, count0), (sum1, count1) = before[verb], after[verb]
@@ -217,6 +221,13 @@ def one_size(nodes: int, args: argparse.Namespace, bin_dir: Path, workdir: Path,
         go_url = f"http://127.0.0.1:{go_port}"
         wait_until(lambda: answers(go_url), "the Go reference", process=go)
         urls: dict[str, str | None] = {"none": None, "go": go_url}
+        if "floor" in args.configs:
+            floor_port = free_port()
+            floor = plane.spawn(
+                f"floor-{nodes}", [sys.executable, str(HERE.parent / "floor.py"), str(floor_port), "--echo"]
+            )
+            urls["floor"] = f"http://127.0.0.1:{floor_port}"
+            wait_until(lambda: answers(f"http://127.0.0.1:{floor_port}"), "the floor", process=floor)
         for label, herd_guard in (("loadext", True), ("loadext-noherd", False)):
             if label in args.configs:
                 urls[label] = start_loadext(plane, workdir, label, nodes, prometheus_url, herd_guard)
@@ -276,9 +287,10 @@ def main() -> int:
     parser.add_argument(
         "--configs",
         nargs="+",
-        default=["none", "go", "loadext"],
-        choices=["none", "go", "loadext", "loadext-noherd"],
-        help="what to run, in order (loadext-noherd: diagnostic, the herd guard off)",
+        default=["none", "go", "floor", "loadext"],
+        choices=["none", "go", "floor", "loadext", "loadext-noherd"],
+        help="what to run, in order (floor: benchmarks/floor.py --echo, the least a Python extender on"
+        " aiohttp does; loadext-noherd: diagnostic, the herd guard off)",
     )
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for all pods to bind")
     parser.add_argument("--out", type=Path, default=HERE / "results.json")
