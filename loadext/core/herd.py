@@ -392,29 +392,32 @@ class IncomingVerdicts:
 
     def __init__(self, sizes: int = 16) -> None:
         self._key: tuple[object, int] | None = None
-        self._by_size: LRUCache[Usage, _SizeMemo] = LRUCache(maxsize=sizes)
+        self._by_size: LRUCache[Usage, SizeMemo] = LRUCache(maxsize=sizes)
 
-    def for_size(self, table: object, capacity_version: int, incoming: Usage, inflight: InFlight) -> dict[str, Verdict]:
-        """name -> verdict for this pod size, with the nodes changed in flight since the last
-        call dropped; the caller judges what is missing."""
+    def for_size(self, table: object, capacity_version: int, incoming: Usage, inflight: InFlight) -> SizeMemo:
+        """The memo for this pod size, with the nodes changed in flight since the last call
+        dropped; the caller judges what is missing."""
         if self._key is None or self._key[0] is not table or self._key[1] != capacity_version:
             self._key = (table, capacity_version)
             self._by_size.clear()
         memo = self._by_size.get(incoming)
         if memo is None:
-            memo = self._by_size[incoming] = _SizeMemo(inflight.version, {})
-            return memo.verdicts
+            memo = self._by_size[incoming] = SizeMemo(inflight.version, {}, {})
+            return memo
         changed = inflight.changed_since(memo.version)
         if changed is None:
             memo.verdicts.clear()
+            memo.heats.clear()
         else:
             for node in changed:
                 memo.verdicts.pop(node, None)
+                memo.heats.pop(node, None)
         memo.version = inflight.version
-        return memo.verdicts
+        return memo
 
 
 @dataclass(slots=True)
-class _SizeMemo:
-    version: int  # InFlight.version the verdicts are current with
-    verdicts: dict[str, Verdict]
+class SizeMemo:
+    version: int  # InFlight.version the entries are current with
+    verdicts: dict[str, Verdict]  # corrected_one per node
+    heats: dict[str, float | None]  # corrected_heat per node, filled only when soft mode asks

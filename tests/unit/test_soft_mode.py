@@ -100,3 +100,8 @@ async def test_the_herd_soft_pass_counts_what_is_in_flight(aiohttp_client: Any) 
     reply, metrics = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == ["ceph1"]  # 76 % + 5.4 %, against 70 % + 4 x 5.4 % and 78 % + 5.4 %
     assert 'loadext_filter_soft_passes_total{reason="herd"} 1.0' in metrics
+    # A pod lands on ceph1: the next call ranks ceph1 anew (the memo drops what changed) and
+    # passes ceph3, 78 % + 5.4 %, now below ceph1's 76 % + 2 x 5.4 %.
+    extender.record_placement("landed", "ceph1", time.time(), extender.estimate(pod).usage)
+    reply, metrics = await filter_names(aiohttp_client, ext)
+    assert reply["NodeNames"] == ["ceph3"]
