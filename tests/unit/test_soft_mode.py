@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
+
 from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.app import App
@@ -105,3 +107,27 @@ async def test_the_herd_soft_pass_counts_what_is_in_flight(aiohttp_client: Any) 
     extender.record_placement("landed", "ceph1", time.time(), extender.estimate(pod).usage)
     reply, metrics = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == ["ceph3"]
+
+
+async def test_the_pods_expected_node_missing_from_a_later_call(aiohttp_client: Any) -> None:
+    """The pod was expected on ceph3 by an earlier call, and a later call is sent ceph1 and
+    ceph2 only (ceph3 filtered out by the scheduler meanwhile): soft mode ranks the two it was
+    sent, though its memo knows ceph3."""
+    ext = stored_app(GUARD % "0", {"ceph1": 0.76, "ceph2": 0.70, "ceph3": 0.78}, MEMORY)
+    extender = ext.extender
+    body = orjson.loads(fixture_bytes("filter-names.json"))
+    pod = decode_extender_args(fixture_bytes("filter-names.json")).args.pod
+    assert pod is not None
+    for node in ("ceph1", "ceph2", "ceph3"):
+        extender.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
+    for i in range(3):
+        extender.record_placement(f"recent-{i}", "ceph2", time.time(), extender.estimate(pod).usage)
+    client = await client_for(aiohttp_client, ext)
+    status, reply = await post(client, "/filter", orjson.dumps(body))
+    assert status == 200 and reply["NodeNames"] == ["ceph1"]
+    extender.record_placement(pod.uid, "ceph3", time.time(), extender.estimate(pod).usage)
+    status, reply = await post(client, "/filter", orjson.dumps(body))  # ceph3 ranked anew, without the pod
+    assert status == 200 and reply["NodeNames"] == ["ceph1"]
+    body["NodeNames"] = ["ceph1", "ceph2"]
+    status, reply = await post(client, "/filter", orjson.dumps(body))
+    assert status == 200 and reply["NodeNames"] == ["ceph1"], reply
