@@ -12,6 +12,7 @@ import orjson
 from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.app import App
+from loadext.core.herd import Usage
 from loadext.http.protocol import decode_extender_args
 
 GUARD = """
@@ -86,25 +87,32 @@ async def test_soft_mode_changes_nothing_while_some_node_passes(aiohttp_client: 
     assert reply["NodeNames"] == ["ceph2"] and "loadext_filter_soft_passes_total{" not in metrics
 
 
-async def test_the_herd_soft_pass_counts_what_is_in_flight(aiohttp_client: Any) -> None:
-    """Every node refused for the pods in flight (burstCap 10, not reached): the one passed is
-    the least full counting them and the incoming pod, not the least loaded by measurement.
-    ceph2 measures 70 % but has three pods (1.7 of 31.5 cores each) in flight; ceph1 measures
-    76 % with none."""
-    ext = stored_app(GUARD % "0", {"ceph1": 0.76, "ceph2": 0.70, "ceph3": 0.78}, MEMORY)
+def three_pods_in_flight_on_ceph2() -> tuple[App, Usage]:
+    """ceph1 at 76 %, ceph2 at 70 % with three pods (1.7 of 31.5 cores each) in flight, ceph3 at
+    78 %: the fixture pod (another 1.7 cores, 5.4 %) is refused on each for the herd guard.
+    Returns the app and the pod's estimate."""
+    ext = stored_app(GUARD % "0", {"ceph1": 0.76, "ceph2": 0.70, "ceph3": 0.78}, MEMORY)  # burstCap 10
     extender = ext.extender
     pod = decode_extender_args(fixture_bytes("filter-names.json")).args.pod
     assert pod is not None
     for node in ("ceph1", "ceph2", "ceph3"):
         extender.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
+    estimate = extender.estimate(pod).usage
     for i in range(3):
-        extender.record_placement(f"recent-{i}", "ceph2", time.time(), extender.estimate(pod).usage)
+        extender.record_placement(f"recent-{i}", "ceph2", time.time(), estimate)
+    return ext, estimate
+
+
+async def test_the_herd_soft_pass_counts_what_is_in_flight(aiohttp_client: Any) -> None:
+    """Every node refused for the pods in flight (burstCap 10, not reached): the one passed is
+    the least full counting them and the incoming pod, not the least loaded by measurement."""
+    ext, estimate = three_pods_in_flight_on_ceph2()
     reply, metrics = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == ["ceph1"]  # 76 % + 5.4 %, against 70 % + 4 x 5.4 % and 78 % + 5.4 %
     assert 'loadext_filter_soft_passes_total{reason="herd"} 1.0' in metrics
     # A pod lands on ceph1: the next call ranks ceph1 anew (the memo drops what changed) and
     # passes ceph3, 78 % + 5.4 %, now below ceph1's 76 % + 2 x 5.4 %.
-    extender.record_placement("landed", "ceph1", time.time(), extender.estimate(pod).usage)
+    ext.extender.record_placement("landed", "ceph1", time.time(), estimate)
     reply, metrics = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == ["ceph3"]
 
@@ -113,19 +121,12 @@ async def test_the_pods_expected_node_missing_from_a_later_call(aiohttp_client: 
     """The pod was expected on ceph3 by an earlier call, and a later call is sent ceph1 and
     ceph2 only (ceph3 filtered out by the scheduler meanwhile): soft mode ranks the two it was
     sent, though its memo knows ceph3."""
-    ext = stored_app(GUARD % "0", {"ceph1": 0.76, "ceph2": 0.70, "ceph3": 0.78}, MEMORY)
-    extender = ext.extender
+    ext, estimate = three_pods_in_flight_on_ceph2()
     body = orjson.loads(fixture_bytes("filter-names.json"))
-    pod = decode_extender_args(fixture_bytes("filter-names.json")).args.pod
-    assert pod is not None
-    for node in ("ceph1", "ceph2", "ceph3"):
-        extender.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
-    for i in range(3):
-        extender.record_placement(f"recent-{i}", "ceph2", time.time(), extender.estimate(pod).usage)
     client = await client_for(aiohttp_client, ext)
     status, reply = await post(client, "/filter", orjson.dumps(body))
     assert status == 200 and reply["NodeNames"] == ["ceph1"]
-    extender.record_placement(pod.uid, "ceph3", time.time(), extender.estimate(pod).usage)
+    ext.extender.record_placement(body["Pod"]["metadata"]["uid"], "ceph3", time.time(), estimate)
     status, reply = await post(client, "/filter", orjson.dumps(body))  # ceph3 ranked anew, without the pod
     assert status == 200 and reply["NodeNames"] == ["ceph1"]
     body["NodeNames"] = ["ceph1", "ceph2"]
