@@ -40,7 +40,8 @@ class PodMeta(msgspec.Struct):
     resourceVersion: str = ""
     labels: PodLabels | None = None
     ownerReferences: list[OwnerReference] | None = None
-    creationTimestamp: str = ""  # RFC 3339; parsed where used, so a scheduler's odd value is no 400
+    # RFC 3339, parsed where used, so that an odd value is no 400; Go writes a zero time as null
+    creationTimestamp: str | None = None
     deletionTimestamp: str | None = None
 
     def owner(self) -> str:
@@ -76,7 +77,7 @@ class PodSpec(msgspec.Struct):
 class PodCondition(msgspec.Struct):
     type: str = ""
     status: str = ""
-    lastTransitionTime: str = ""
+    lastTransitionTime: str | None = None
 
 
 class PodStatus(msgspec.Struct):

@@ -9,9 +9,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import orjson
 
-from loadext.sources.kube import ListWatch
+from loadext.http.protocol import decode_extender_args
+from loadext.sources.kube import ListWatch, bound_pod
 from loadext.sources.objects import Node, Pod
 
 
@@ -116,3 +118,17 @@ def test_a_bookmark_is_no_object_of_the_kind_watched() -> None:
     watch.run()
     assert seen == ["list", "healthy=True", "n1"]
     assert server.calls == [("list", ""), ("watch", "10"), ("watch", "12")]
+
+
+def test_times_go_writes_as_null_decode_on_both_paths() -> None:
+    """Go marshals a zero metav1.Time as null (a condition set without a time, an object
+    template): neither a watched pod nor a scheduler's request may fail on it."""
+    raw = {
+        "metadata": {"name": "p", "uid": "u", "creationTimestamp": None},
+        "spec": {"nodeName": "n1"},
+        "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": None}]},
+    }
+    bound = bound_pod(msgspec.json.decode(orjson.dumps(raw), type=Pod))
+    assert bound is not None and bound.node == "n1" and bound.placed_at == 0.0
+    request = decode_extender_args(orjson.dumps({"Pod": raw, "NodeNames": ["n1"]}))
+    assert request.args.pod is not None and request.args.pod.uid == "u"
