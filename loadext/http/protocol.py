@@ -153,9 +153,9 @@ def decode_extender_args(body: bytes, node_details: bool = False) -> ExtenderReq
             node = _decode(_NODE, raw, f"Nodes.items[{i}]")
             name = node.metadata.name
             if node_details:
-                addresses[name] = node.status.ips() if node.status is not None else ()
+                addresses[name] = node.ips()
                 labels[name] = node.metadata.labels or {}
-                allocatable[name] = (node.status.allocatable if node.status else None) or {}
+                allocatable[name] = node.allocatable()
         if name in seen:
             continue
         seen.add(name)

@@ -100,13 +100,6 @@ class NodeStatus(msgspec.Struct):
     addresses: list[NodeAddress] | None = None
     allocatable: Quantities | None = None
 
-    def ips(self) -> tuple[str, ...]:
-        """InternalIPs first (the address node-exporter is scraped on), then ExternalIPs."""
-        found = self.addresses or ()
-        internal = [a.address for a in found if a.type == "InternalIP" and a.address]
-        external = [a.address for a in found if a.type == "ExternalIP" and a.address]
-        return tuple(internal + external)
-
 
 class NodeMeta(msgspec.Struct):
     name: NonEmpty
@@ -117,6 +110,16 @@ class NodeMeta(msgspec.Struct):
 class Node(msgspec.Struct):
     metadata: NodeMeta
     status: NodeStatus | None = None
+
+    def ips(self) -> tuple[str, ...]:
+        """InternalIPs first (the address node-exporter is scraped on), then ExternalIPs."""
+        found = (self.status.addresses if self.status is not None else None) or ()
+        internal = [a.address for a in found if a.type == "InternalIP" and a.address]
+        external = [a.address for a in found if a.type == "ExternalIP" and a.address]
+        return tuple(internal + external)
+
+    def allocatable(self) -> Quantities:
+        return (self.status.allocatable if self.status is not None else None) or {}
 
 
 class ConfigMapMeta(msgspec.Struct):

@@ -34,27 +34,19 @@ class ConfigMapRef:
     key: str = "config.yaml"
 
 
-def _ips(node: Node) -> list[str]:
-    return list(node.status.ips()) if node.status is not None else []
-
-
-def _allocatable(node: Node) -> dict[str, float]:
-    return allocatable((node.status.allocatable if node.status is not None else None) or {})
-
-
 def ingest_node_list(directory: NodeDirectory, nodes: list[Node]) -> None:
     """A full Node list replaces what the directory knew from the API."""
     directory.replace_all(
-        {node.metadata.name: _ips(node) for node in nodes},
+        {node.metadata.name: node.ips() for node in nodes},
         {node.metadata.name: node.metadata.labels or {} for node in nodes},
     )
     for node in nodes:
-        directory.set_allocatable(node.metadata.name, _allocatable(node))
+        directory.set_allocatable(node.metadata.name, allocatable(node.allocatable()))
 
 
 def ingest_node(directory: NodeDirectory, node: Node) -> None:
-    directory.upsert(node.metadata.name, _ips(node), node.metadata.labels or {})
-    directory.set_allocatable(node.metadata.name, _allocatable(node))
+    directory.upsert(node.metadata.name, node.ips(), node.metadata.labels or {})
+    directory.set_allocatable(node.metadata.name, allocatable(node.allocatable()))
 
 
 def watch_nodes(api: Any, directory: NodeDirectory, health: Health) -> kube.ListWatch[Node]:
