@@ -182,6 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="sum of the bodies of concurrent requests (unknown lengths count as --max-body-size); "
         "more get 503 + Retry-After (default 1Gi)",
     )
+    limits.add_argument(
+        "--body-memory",
+        type=parse_size,
+        default="64Mi",
+        help="bodies of 1Mi and over are read and answered while they sum to at most this; the rest wait "
+        "their turn unread (503 + Retry-After after --body-timeout), so RSS stays near 3x it (default 64Mi)",
+    )
     lifecycle = serve.add_argument_group("shutdown on SIGTERM (fit both in terminationGracePeriodSeconds)")
     lifecycle.add_argument(
         "--shutdown-delay",
@@ -371,6 +378,7 @@ def _serve(args: argparse.Namespace) -> int:
             body_timeout=args.body_timeout,
             max_concurrent=args.max_concurrent_requests,
             max_inflight_bytes=args.max_inflight_bytes,
+            body_memory=args.body_memory,
         ),
         shutdown_delay=args.shutdown_delay,
         shutdown_timeout=args.shutdown_timeout,

@@ -27,7 +27,7 @@ from loadext import logs
 from loadext.core.explain import explain, explain_pod
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs, PodRef
-from loadext.http.limits import Admission, Limits, track_handling
+from loadext.http.limits import LARGE_BODY, Admission, BodyBudget, Limits, track_handling
 from loadext.http.protocol import (
     ExtenderRequest,
     ProtocolError,
@@ -70,9 +70,11 @@ class ServerState:
     limits: Limits = field(default_factory=Limits)
     draining: bool = False  # set on SIGTERM: readiness false, connections closed after each reply
     admission: Admission = field(init=False)
+    body_budget: BodyBudget = field(init=False)
 
     def __post_init__(self) -> None:
         self.admission = Admission(self.limits)
+        self.body_budget = BodyBudget(self.limits.body_memory)
         self.telemetry.in_flight.set_function(lambda: self.admission.requests)
 
 
@@ -102,10 +104,10 @@ def _json_error(status: int, verb: str, message: str, **headers: str) -> web.Res
 
 def _verb_handler(
     state: ServerState, verb: str, answer: Callable[[bytes], Awaitable[Answer]]
-) -> Callable[[web.Request], Awaitable[web.Response]]:
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     telemetry = state.telemetry
     limits = state.limits
-    admission = state.admission
+    admission, budget = state.admission, state.body_budget
     duration = telemetry.request_duration.labels(verb)
     outcomes = {o: telemetry.requests.labels(verb, o) for o in OUTCOMES}
     process_tag, serial = f"{verb[:2]}{os.urandom(4).hex()}", itertools.count(1)  # unique, and cheap
@@ -120,7 +122,7 @@ def _verb_handler(
             _log_request(level, verb, outcome, time.perf_counter() - started, dict, message)
         return _json_error(status, verb, message, **headers)
 
-    async def handle(request: web.Request) -> web.Response:
+    async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         rid = request.headers.get("X-Request-Id") or f"{process_tag}-{next(serial):x}"
         request_id.set(rid)
@@ -134,19 +136,36 @@ def _verb_handler(
         if reserved is None:
             message = f"{admission.requests} requests in flight; retry later (see --max-concurrent-requests)"
             return refuse(503, "overloaded", message, started, **{"Retry-After": "1", "X-Request-Id": rid})
+        large, granted = reserved >= LARGE_BODY, False
         try:
-            async with asyncio.timeout(limits.body_timeout):  # a timer, not a task as wait_for makes
+            if large and not (granted := await budget.wait_turn(reserved, limits.body_timeout)):
+                outcome = "overloaded"
+                error = f"large bodies waited over --body-timeout for --body-memory ({limits.body_memory} bytes)"
+                return _json_error(503, verb, error, **{"Retry-After": "1", "X-Request-Id": rid})
+            if large and length is not None:  # read into nothing that outlives this call, unlike read()
+                async with asyncio.timeout(limits.body_timeout):
+                    body = await request.content.readexactly(length)
+            elif request.content.is_eof():  # the whole body came with the headers: no timer needed
                 body = await request.read()
+            else:
+                async with asyncio.timeout(limits.body_timeout):  # a timer, not a task as wait_for makes
+                    body = await request.read()
             reply = await answer(body)
             summary = reply.summary
-            return web.Response(body=reply.body, content_type=JSON, headers={"X-Request-Id": rid})
+            if not large:
+                return web.Response(body=reply.body, content_type=JSON, headers={"X-Request-Id": rid})
+            # Sent before the budget is given back, and held by nothing once sent: the body and
+            # the reply each weigh tens of megabytes at 5000 nodes.
+            outgoing = [reply.body]
+            del body, reply
+            return await _send(request, outgoing, rid)
         except ProtocolError as exc:
             outcome, error = "bad_request", str(exc)
             return _json_error(400, verb, error, **{"X-Request-Id": rid})
         except web.HTTPRequestEntityTooLarge:
             outcome, error = "bad_request", f"{too_large}: the body ran past it"
             return _json_error(413, verb, error, **{"X-Request-Id": rid})
-        except ConnectionResetError:  # the client went away mid-body: nobody to answer
+        except (ConnectionResetError, asyncio.IncompleteReadError):  # the client went away mid-body
             outcome, error = "aborted", "client closed the connection"
             return _json_error(400, verb, error)
         except TimeoutError:
@@ -159,6 +178,8 @@ def _verb_handler(
             return _json_error(500, verb, error, **{"X-Request-Id": rid})
         finally:
             admission.release(reserved)
+            if granted:
+                budget.release(reserved)
             outcomes[outcome].inc()
             took = time.perf_counter() - started
             duration.observe(took)
@@ -167,6 +188,18 @@ def _verb_handler(
                 _log_request(level, verb, outcome, took, summary, error)
 
     return handle
+
+
+async def _send(request: web.Request, outgoing: list[bytes], rid: str) -> web.StreamResponse:
+    """Write a large reply now; `outgoing` is emptied, so no reference keeps it once written."""
+    body = outgoing.pop()
+    response = web.StreamResponse(headers={"X-Request-Id": rid})
+    response.content_type, response.content_length = JSON, len(body)
+    await response.prepare(request)
+    await response.write(body)
+    del body
+    await response.write_eof()
+    return response
 
 
 def _log_request(

@@ -163,6 +163,62 @@ def test_body_bytes_in_flight_are_capped(server: int) -> None:
             assert read_reply(small)[0] == 200
 
 
+@pytest.fixture(scope="module")
+def budget_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """Room for one large body at a time (1.5 MiB bodies, 2 MiB of body memory)."""
+    config = tmp_path_factory.mktemp("budget") / "config.yaml"
+    config.write_text(
+        f'prometheus: {{url: "http://127.0.0.1:{free_port()}"}}\nsignals: [{{name: cpu, query: up, threshold: 0.8}}]\n'
+    )
+    port = free_port()
+    argv = serve_argv(config, port, "--max-body-size", "8Mi", "--body-memory", "2Mi", "--body-timeout", "20s")
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", lambda: proc.poll() is None)
+        yield port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def large_filter_body(names: int) -> bytes:
+    """A names filter of about 25 bytes per name: 60000 names are 1.5 MiB, a large body."""
+    listed = [f"node-{i:07d}-padding" for i in range(names)]
+    return json.dumps({"Pod": None, "Nodes": None, "NodeNames": listed}).encode()
+
+
+def test_large_bodies_past_body_memory_wait_their_turn_and_are_answered(budget_server: int) -> None:
+    """The first large body is half sent and holds the budget; the second, whole, waits unread
+    (no 503, no reply) until the first is answered, then is answered in full."""
+    big = large_filter_body(60_000)
+    assert len(big) > 1024 * 1024
+    with connect(budget_server) as first, connect(budget_server) as second:
+        first.sendall(head(len(big)) + big[: len(big) // 2])
+        _await_in_flight(budget_server, 1)
+        second.sendall(head(len(big)) + big)
+        _await_in_flight(budget_server, 2)
+        second.settimeout(0.5)
+        with pytest.raises(TimeoutError):  # waiting its turn: not refused, not answered
+            second.recv(1)
+        second.settimeout(10)
+        first.sendall(big[len(big) // 2 :])
+        status, _, body = read_reply(first)
+        assert status == 200 and len(json.loads(body)["NodeNames"]) == 60_000
+        status, _, body = read_reply(second)
+        assert status == 200 and len(json.loads(body)["NodeNames"]) == 60_000
+    assert metric(budget_server, "loadext_requests_total", outcome="overloaded", verb="filter") == 0
+
+
+def test_small_bodies_do_not_wait_behind_a_large_one(budget_server: int) -> None:
+    big = large_filter_body(60_000)
+    with connect(budget_server) as first:
+        first.sendall(head(len(big)) + big[:100])
+        _await_in_flight(budget_server, 1)
+        assert filter_once(budget_server) == 200
+        first.sendall(big[100:])
+        assert read_reply(first)[0] == 200
+
+
 def _await_in_flight(port: int, count: int) -> None:
     deadline = time.monotonic() + 5
     while metric(port, "loadext_requests_in_flight") < count:
@@ -172,7 +228,8 @@ def _await_in_flight(port: int, count: int) -> None:
 
 def test_every_limit_has_a_flag_in_help() -> None:
     out = subprocess.run([*LOADEXT, "serve", "--help"], capture_output=True, text=True)
-    for flag in ("--header-timeout", "--body-timeout", "--max-concurrent-requests", "--max-inflight-bytes"):
+    flags = ("--header-timeout", "--body-timeout", "--max-concurrent-requests", "--max-inflight-bytes", "--body-memory")
+    for flag in flags:
         assert flag in out.stdout
 
 
@@ -183,6 +240,7 @@ def test_every_limit_has_a_flag_in_help() -> None:
         ("--header-timeout", "0s", "must be longer than 0s"),
         ("--body-timeout", "soon", "soon"),
         ("--max-inflight-bytes", "lots", "not a size"),
+        ("--body-memory", "plenty", "not a size"),
     ],
 )
 def test_bad_limit_flags_are_refused_by_name(flag: str, value: str, message: str) -> None:
