@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import compress
 from operator import getitem
 from typing import Any
 
@@ -100,7 +101,30 @@ def field_raw(obj: Mapping[str, msgspec.Raw], name: str) -> msgspec.Raw:
     return _MISSING
 
 
-def _pod(raw: msgspec.Raw) -> PodRef | None:
+class _PodMemo:
+    """The PodRef of each recent Pod body. kube-scheduler sends a pod's same bytes to filter
+    and then to prioritize (Go's encoder sorts map keys, so they are equal): the second call
+    hashes ~5 KB instead of decoding it again. PodRefs are frozen, so sharing one is safe.
+    Bounded: past `size` distinct pods it starts over."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._refs: dict[bytes, PodRef | None] = {}
+        self._size = size
+
+    def get(self, raw: msgspec.Raw) -> PodRef | None:
+        key = bytes(raw)
+        try:
+            return self._refs[key]
+        except KeyError:
+            pass
+        ref = _pod_ref(raw)
+        if len(self._refs) >= self._size:
+            self._refs.clear()
+        self._refs[key] = ref
+        return ref
+
+
+def _pod_ref(raw: msgspec.Raw) -> PodRef | None:
     pod = _decode(_POD, raw, "Pod")
     if pod is None:
         return None
@@ -117,6 +141,9 @@ def _pod(raw: msgspec.Raw) -> PodRef | None:
         overhead=spec.overhead or {},
     )
 
+
+_PODS = _PodMemo()
+_pod = _PODS.get
 
 _NAME_PREFIX = b'{"metadata":{"name":"'
 
@@ -229,10 +256,9 @@ def encode_filter_result(result: FilterResult, full_nodes: list[msgspec.Raw] | N
     failed, unresolvable = ({}, result.rejected) if result.unresolvable else (result.rejected, {})
     tail = orjson.dumps({"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": ""})
     if full_nodes is not None:
-        items = b",".join(map(full_nodes.__getitem__, result.passed))
+        items = b",".join(full_nodes if result.flags is None else compress(full_nodes, result.flags))
         return b"".join((b'{"Nodes":{"metadata":{},"items":[', items, b']},"NodeNames":null,', tail[1:]))
-    names = orjson.dumps(list(map(result.names.__getitem__, result.passed)))
-    return b'{"Nodes":null,"NodeNames":' + names + b"," + tail[1:]
+    return b'{"Nodes":null,"NodeNames":' + orjson.dumps(result.passed) + b"," + tail[1:]
 
 
 class _PriorityFragments:

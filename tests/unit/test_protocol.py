@@ -192,3 +192,27 @@ async def test_replies_for_awkward_node_names_equal_a_plain_json_encoder(aiohttp
     assert json.loads(reply)["FailedAndUnresolvableNodes"] == {"plain": "loadext: cpu above 80%"}
     expected_names = json.dumps([n for n in AWKWARD_NAMES if n != "plain"], ensure_ascii=False, separators=(",", ":"))
     assert expected_names.encode() in reply
+
+
+def test_the_same_pod_bytes_decode_once_and_a_changed_pod_anew() -> None:
+    """filter and then prioritize carry the same Pod bytes: the second decode is the first's
+    PodRef; a pod whose bytes differ (another pod, or the same one changed) is decoded again."""
+    from loadext.http.protocol import decode_extender_args
+
+    body = fixture_bytes("filter-names.json")
+    first = decode_extender_args(body).args.pod
+    again = decode_extender_args(bytes(body)).args.pod  # equal bytes, another object
+    assert first is not None and again is first
+    changed = json.loads(body)
+    changed["Pod"]["metadata"]["name"] = "another"
+    other = decode_extender_args(orjson.dumps(changed)).args.pod
+    assert other is not None and other is not first and other.name == "another"
+
+
+def test_a_bad_pod_is_refused_every_time_not_remembered() -> None:
+    from loadext.http.protocol import ProtocolError, decode_extender_args
+
+    bad = b'{"Pod": {"metadata": {"name": 7}}, "NodeNames": ["a"]}'
+    for _ in range(2):
+        with pytest.raises(ProtocolError, match=r"Pod\.metadata\.name"):
+            decode_extender_args(bad)
