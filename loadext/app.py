@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -173,6 +175,23 @@ class App:
         return forget
 
 
+# A worker thread (the refresh, the watches) holding the GIL makes the event loop wait up to
+# the switch interval each time it wants it back: 5 ms by default, which is what a request
+# waited behind a 5000-node refresh. Measured loop lag during refreshes: p99 5.7 -> 2.3 ms.
+SWITCH_INTERVAL = 0.0005
+
+
+def tune_interpreter() -> None:
+    """Keep the interpreter's own pauses off the scheduling path. gc.freeze() moves what is
+    alive at startup (imported modules, the kubernetes client, config) out of the collector's
+    sight, so a full collection, which a refresh's tens of thousands of new objects trigger,
+    walks the live state only: the longest loop stall during 5000-node refreshes fell from
+    57 to 15 ms (benchmarks/refresh_lag.py)."""
+    gc.collect()
+    gc.freeze()
+    sys.setswitchinterval(SWITCH_INTERVAL)
+
+
 def serve(options: ServeOptions) -> int:
     """Run the extender until SIGTERM (lifecycle.py drains and stops it)."""
     wants_api = options.kubeconfig or options.configmap or options.watch_nodes or options.requeue_stranded
@@ -227,6 +246,7 @@ def serve(options: ServeOptions) -> int:
         app.server.draining = True
 
     install_event_loop()
+    tune_interpreter()
     asyncio.run(
         lifecycle.serve(
             listeners,

@@ -1,0 +1,100 @@
+"""How long a 5000-node refresh stalls the event loop, with and without loadext's interpreter
+tuning (loadext.app.tune_interpreter: gc.freeze() at startup, a 0.5 ms GIL switch interval).
+
+    python3 benchmarks/refresh_lag.py [--rounds 10] [--nodes 5000]
+
+Each mode runs in its own interpreter: the real App over a stored snapshot, a refresh round
+(parse two Prometheus replies of `--nodes` series, store, build the table in a worker thread,
+publish) every 0.3 s, and a task on the event loop that sleeps 1 ms and records how late it
+wakes. A request arriving during a stall waits that long; the table prints the lag's
+percentiles and the longest full (generation 2) garbage collection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+PROBE = r"""
+import asyncio, gc, json, sys, time
+sys.path.insert(0, {root!r}); sys.path.insert(0, {here!r})
+import orjson
+from run import bench_config, node_load, node_name
+from harness.inprocess import stored_app
+from loadext.app import tune_interpreter
+from loadext.core.snapshot import SignalValues
+from loadext.sources.prometheus import parse_vector
+from loadext.sources.refresher import _store_and_decide
+
+tuned, rounds, nodes = {tuned}, {rounds}, {nodes}
+names = [node_name(i) for i in range(1, nodes + 1)]
+app = stored_app(bench_config("http://127.0.0.1:1"), *(
+    {{n: node_load(i)[k] for i, n in enumerate(names, 1)}} for k in (0, 1)))
+extender = app.extender
+replies = [orjson.dumps({{"status": "success", "data": {{"resultType": "vector", "result": [
+    {{"metric": {{"__name__": "bench", "instance": "127.0.0.1:9100", "job": "bench", "node": n}},
+     "value": [time.time(), str(node_load(i)[k])]}} for i, n in enumerate(names, 1)]}}}}) for k in (0, 1)]
+if tuned:
+    tune_interpreter()
+collections, started = [], {{}}
+def timed(phase, info):
+    if info["generation"] == 2:
+        if phase == "start":
+            started[2] = time.perf_counter()
+        else:
+            collections.append(time.perf_counter() - started[2])
+gc.callbacks.append(timed)
+
+def refresh_round():
+    values = []
+    for signal, reply in zip(("cpu", "memory"), replies):
+        parsed = parse_vector(orjson.loads(reply)["data"]["result"], "node", "name")
+        values.append(SignalValues(signal, parsed.values, time.time()))
+    return _store_and_decide(extender.cache, values, extender.table_builder())
+
+async def main():
+    lags = []
+    async def monitor():
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(0.001)
+            lags.append(time.perf_counter() - t - 0.001)
+    task = asyncio.create_task(monitor())
+    for _ in range(rounds):
+        snapshot, table = await asyncio.to_thread(refresh_round)
+        extender.publish_refresh(snapshot, table)
+        await asyncio.sleep(0.3)
+    task.cancel()
+    lags.sort()
+    pick = lambda q: 1e3 * lags[min(len(lags) - 1, int(len(lags) * q))]
+    print(json.dumps({{"p50": pick(0.5), "p99": pick(0.99), "p99.9": pick(0.999), "max": 1e3 * lags[-1],
+                      "gen2": len(collections), "gen2_max": 1e3 * max(collections, default=0.0)}}))
+asyncio.run(main())
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=10, help="refresh rounds per mode (default 10)")
+    parser.add_argument("--nodes", type=int, default=5000, help="series per signal (default 5000)")
+    args = parser.parse_args()
+    print("| interpreter | loop lag p50 ms | p99 | p99.9 | max | full collections | longest ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label, tuned in (("default", False), ("tuned (loadext serve)", True)):
+        code = PROBE.format(root=str(HERE.parent), here=str(HERE), tuned=tuned, rounds=args.rounds, nodes=args.nodes)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(
+            f"| {label} | {r['p50']:.2f} | {r['p99']:.2f} | {r['p99.9']:.2f} | {r['max']:.2f} | "
+            f"{r['gen2']} | {r['gen2_max']:.1f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
