@@ -248,35 +248,51 @@ class Telemetry:
         self.score_counters = [self.scores.labels(str(score)) for score in range(11)]
         self._rejection_counters: dict[tuple[str, str], Any] = {}
         self._node_collector: _NodeCollector | None = None
+        self._pending: dict[Any, int] = {}  # Counter (a labelled child) -> count not yet in it
 
     # --- what the verbs decided (core/extender.py's results) ------------------------------
 
+    # A verb's counts wait as plain ints until /metrics is scraped (flush): Counter.inc takes
+    # a lock and checks its labels each time, and a prioritize call made up to 12 of them.
+
+    def _add(self, counter: Any, count: int) -> None:
+        pending = self._pending
+        pending[counter] = pending.get(counter, 0) + count
+
+    def flush(self) -> None:
+        """Move the counts added since the last scrape into their Counters (on the event loop,
+        where the verbs add them, before every exposition)."""
+        pending, self._pending = self._pending, {}
+        for counter, count in pending.items():
+            counter.inc(count)
+
     def count_filter(self, result: FilterResult) -> None:
-        self.passed_nodes.inc(len(result.passed))
+        add = self._add
+        add(self.passed_nodes, len(result.passed))
         if result.rejected:
-            self.rejected_nodes.inc(len(result.rejected))
+            add(self.rejected_nodes, len(result.rejected))
             self._count_rejections(result.rejections)
         if result.names and not result.passed:
-            self.no_fit.inc()
+            add(self.no_fit, 1)
         if result.soft:
-            self.soft_passes.labels(result.soft).inc()
+            add(self.soft_passes.labels(result.soft), 1)
 
     def count_prioritize(self, result: PrioritizeResult, per_node: bool) -> None:
         # Scores are 0..10, so they fit a bytes object, and bytes.count tallies at C speed.
-        scores = bytes(result.scores)
+        scores, add = bytes(result.scores), self._add
         for score, counter in enumerate(self.score_counters):
             count = scores.count(score)
             if count:
-                counter.inc(count)
+                add(counter, count)
         if per_node and result.best is not None:
-            self.preferred_counter(result.names[result.best]).inc()
+            add(self.preferred_counter(result.names[result.best]), 1)
 
     def count_preempt(self, result: PreemptResult) -> None:
         self._count_rejections(result.rejections)
 
     def _count_rejections(self, rejections: Rejections) -> None:
         for signal, cause, nodes in rejections:
-            self.rejection_counter(signal, cause).inc(nodes)
+            self._add(self.rejection_counter(signal, cause), nodes)
 
     def config_applied(self, config: Config, node_states: NodeStates, now: float, error_kinds: Iterable[str]) -> None:
         """A config came into force: its signals' series (with one error series per kind the

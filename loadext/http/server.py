@@ -264,7 +264,15 @@ def _ops_routes(app: web.Application, state: ServerState) -> None:
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", make_aiohttp_handler(state.telemetry.registry))
+    telemetry = state.telemetry
+    exposition = make_aiohttp_handler(telemetry.registry)
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        telemetry.flush()
+        response: web.StreamResponse = await exposition(request)
+        return response
+
+    app.router.add_get("/metrics", metrics)
 
 
 def create_ops_app(state: ServerState) -> web.Application:
