@@ -26,12 +26,20 @@ class Decision:
     time: float
     names: list[str]
     identities: list[str | None] | None  # None: identities are the names
-    verdicts: list[Verdict]
+    verdicts: list[Verdict] | Mapping[str, Verdict]  # per name, or the table's identity -> verdict
     snapshot: Snapshot
     config: Config
     # With the herd guard on: the pod's own estimate, and per node what was in flight then.
     estimate: Estimate | None = None
     in_flight: Mapping[str, tuple[Usage, int]] | None = None
+
+    def node_verdicts(self) -> list[Verdict]:
+        """One verdict per name: a table-decided call kept the table's (immutable) lookup
+        instead of building a list on the scheduling path."""
+        if isinstance(self.verdicts, list):
+            return self.verdicts
+        lookup = self.verdicts
+        return [lookup[identity or ""] for identity in (self.identities or self.names)]
 
 
 class DecisionLog:

@@ -77,7 +77,7 @@ def explain_pod(extender: Extender, pod: str) -> dict[str, Any] | None:
     out: dict[str, Any] = {"pod": pod}
     for verb, decision in decisions.items():
         rows: list[dict[str, Any]] = []
-        for i, (name, verdict) in enumerate(zip(decision.names, decision.verdicts, strict=True)):
+        for i, (name, verdict) in enumerate(zip(decision.names, decision.node_verdicts(), strict=True)):
             identity = decision.identities[i] if decision.identities is not None else name
             samples = decision.snapshot.by_identity.get(identity, {}) if identity else {}
             pool = decision.config.pool_for(labelled.get(name))

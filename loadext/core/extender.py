@@ -314,17 +314,31 @@ class Extender:
         """(measured, guarded, identities, table): the table's verdicts on measured load alone,
         and the same corrected by the herd guard (the same list when it does not apply)."""
         addresses = args.addresses if args is not None else {}
-        if args is not None:
-            for name, node_labels in args.labels.items():
-                self.directory.set_labels(name, node_labels)
-            for name, quantities in args.allocatable.items():
-                self.directory.set_allocatable(name, allocatable(quantities))
-        self.directory.observe(names, addresses)
+        self._note_nodes(names, args)
         incoming, own = Usage(), None
         if args is not None and args.pod is not None and self.config.herd_guard.enabled:
             estimate = self._estimates[args.pod.uid] = self.estimate(args.pod)
             incoming, own = estimate.usage, self.inflight.get(args.pod.uid)
         return self._judged_with(names, addresses, incoming, own)
+
+    def _note_nodes(self, names: list[str], args: ExtenderArgs | None) -> None:
+        """What a request tells about nodes: their names, and in non-cache mode their labels,
+        IPs and allocatable."""
+        if args is not None:
+            for name, node_labels in args.labels.items():
+                self.directory.set_labels(name, node_labels)
+            for name, quantities in args.allocatable.items():
+                self.directory.set_allocatable(name, allocatable(quantities))
+        self.directory.observe(names, args.addresses if args is not None else {})
+
+    def _deciding_table(self, args: ExtenderArgs) -> DecisionTable | None:
+        """The table, when it alone decides this call: nodes named by name and no herd guard
+        (which corrects per pod). The verbs then read its per-name reasons or scores in one
+        pass and never build the Verdict list (_judged's path does, for everything else)."""
+        if self.config.herd_guard.enabled or self.config.node_identity.kind != "name":
+            return None
+        self._note_nodes(args.names, args)
+        return self.table()
 
     def _judged_with(
         self, names: list[str], addresses: Mapping[str, tuple[str, ...]], incoming: Usage, own: Placement | None
@@ -412,7 +426,7 @@ class Extender:
             out.extend((signal, cause, nodes) for signal, cause in pairs)
         return tuple(out)
 
-    def _remember(self, verb: str, args: ExtenderArgs, verdicts: list[Verdict]) -> None:
+    def _remember(self, verb: str, args: ExtenderArgs, verdicts: list[Verdict] | Mapping[str, Verdict]) -> None:
         if args.pod is None or not args.pod.name:
             return
         identities = None
@@ -429,17 +443,27 @@ class Extender:
         self.decisions.record(args.pod.key, decision)
 
     def filter(self, args: ExtenderArgs) -> FilterResult:
-        measured, verdicts, identities, table = self._judged(args.names, args)
-        self._remember("filter", args, verdicts)
+        table = self._deciding_table(args)
+        verdicts: list[Verdict] | None = None  # built only where the table alone does not decide
+        if table is None:
+            measured, verdicts, identities, table = self._judged(args.names, args)
+            self._remember("filter", args, verdicts)
+            reasons = list(map(_REASON, verdicts))
+        else:
+            self._remember("filter", args, table.by_identity)
+            reasons = list(map(table.reason_of.__getitem__, args.names))
         soft = ""
         # Per node only C-level steps (map, all, compress, zip), as few as the answer allows:
         # each is a pass over ~500 names, and each costs 5 to 20 us live.
         flags: list[bool] | None = None  # every node passes: a DaemonSet's pod, or all under load
         if args.pod is None or not args.pod.is_daemonset:
-            flags = list(map(_PASSED, verdicts))
+            flags = list(map(not_, reasons))  # a refused node has a reason, a passed one ""
             if all(flags):
                 flags = None
         if flags is not None and args.names and not any(flags):
+            if verdicts is None:
+                measured = verdicts = list(map(table.by_identity.__getitem__, args.names))
+                identities = list(args.names)
             chosen, soft = self._soft_pass(args, measured, identities, table)
             for index in chosen:
                 flags[index] = True
@@ -447,9 +471,10 @@ class Extender:
             passed, rejected = args.names, {}
         else:
             passed = list(compress(args.names, flags))
-            refused = list(map(not_, flags))
-            rejected = dict(zip(compress(args.names, refused), map(_REASON, compress(verdicts, refused)), strict=True))
-        rejections = self._rejections(Tally(rejected.values()), verdicts) if rejected else ()
+            if soft:  # the nodes soft mode passed keep their reasons, but are not refused
+                reasons = ["" if flag else reason for flag, reason in zip(flags, reasons, strict=True)]
+            rejected = dict(zip(compress(args.names, reasons), filter(None, reasons), strict=True))  # "": passed
+        rejections = self._rejections(Tally(rejected.values()), verdicts or ()) if rejected else ()
         unresolvable = self.config.rejected_nodes == "unresolvable"
         self._track_stranding(args, bool(passed))
         return FilterResult(args.names, passed, flags, rejected, unresolvable, rejections, soft)
@@ -540,9 +565,14 @@ class Extender:
         return heats
 
     def prioritize(self, args: ExtenderArgs) -> PrioritizeResult:
-        verdicts = self.verdicts(args.names, args)
-        self._remember("prioritize", args, verdicts)
-        scores = list(map(_SCORE, verdicts))
+        table = self._deciding_table(args)
+        if table is None:
+            verdicts = self.verdicts(args.names, args)
+            self._remember("prioritize", args, verdicts)
+            scores = list(map(_SCORE, verdicts))
+        else:
+            self._remember("prioritize", args, table.by_identity)
+            scores = list(map(table.score_of.__getitem__, args.names))
         best = top_pick(scores, self._rng.randrange(len(scores))) if scores else None
         if best is not None and args.pod is not None and args.pod.uid:
             self.expect_placement(args.pod.uid, args.names[best])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from loadext.config import Config, Pool
 from loadext.core.snapshot import Sample, Snapshot
@@ -24,6 +25,7 @@ def clamp_score(score: float) -> int:
 
 
 NEUTRAL_SCORE = clamp_score(10 * NEUTRAL)
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +47,19 @@ class NodeState:
     pool: str | None = None  # the pool whose overrides applied; None: the top-level signals
 
 
-class VerdictMap(dict[str, Verdict]):
-    """identity -> verdict; a node without series reads as `no_data`, so a whole request is
-    one C-level map() over its names."""
+class ByIdentity(dict[str, _V]):
+    """identity -> a verdict or one of its parts; a node without series reads as `no_data`'s,
+    so a whole request is one C-level map() over its names."""
 
-    def __init__(self, verdicts: Mapping[str, Verdict], no_data: Verdict) -> None:
-        super().__init__(verdicts)
+    def __init__(self, values: Mapping[str, _V], no_data: _V) -> None:
+        super().__init__(values)
         self.no_data = no_data
 
-    def __missing__(self, identity: str) -> Verdict:
+    def __missing__(self, identity: str) -> _V:
         return self.no_data
+
+
+VerdictMap = ByIdentity[Verdict]
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,17 @@ class DecisionTable:
     causes: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # reason -> rejected_by
     pools_version: int = 0  # which node-label state the pool assignment came from
     pools: Mapping[str, Pool] = field(default_factory=dict)  # identity -> pool
+    # The verdicts' parts a request reads, by identity: filter maps names to reasons ("" when
+    # passed) and prioritize to scores without touching 500 Verdict objects scattered in
+    # memory, where each pass over them cost 10-20 us live (benchmarks/ceiling.py).
+    reason_of: ByIdentity[str] = field(init=False)
+    score_of: ByIdentity[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        verdicts, no_data = self.by_identity, self.by_identity.no_data
+        reasons = {identity: _refusal(v) for identity, v in verdicts.items()}
+        object.__setattr__(self, "reason_of", ByIdentity(reasons, _refusal(no_data)))
+        object.__setattr__(self, "score_of", ByIdentity({i: v.score for i, v in verdicts.items()}, no_data.score))
 
     @property
     def no_data(self) -> Verdict:
@@ -74,6 +90,11 @@ class DecisionTable:
 
     def verdict(self, identity: str | None) -> Verdict:
         return self.by_identity.no_data if identity is None else self.by_identity[identity]
+
+
+def _refusal(verdict: Verdict) -> str:
+    """The reason a node is refused for, or "" when it passes (a refusal always says why)."""
+    return "" if verdict.passed else verdict.reason
 
 
 def is_degraded(snapshot: Snapshot, config: Config, now: float) -> bool:

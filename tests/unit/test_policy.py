@@ -92,3 +92,26 @@ def test_no_fresh_data_at_all_applies_the_failure_policy(policy: str, passes: bo
         assert verdict.score == (5 if passes else 0)
     if not passes:
         assert table.verdict("cool").reason == "loadext: no fresh metrics (failurePolicy closed)"
+
+
+@pytest.mark.parametrize("missing", ["pass", "reject"])
+def test_the_tables_reasons_and_scores_are_its_verdicts_parts(missing: str) -> None:
+    """filter and prioritize read reason_of and score_of instead of the verdicts: the same
+    answer for every node, and for a node without series (no_data)."""
+    snapshot = Snapshot(
+        by_identity={
+            "cool": samples(0.2, 0.3),
+            "hot": samples(0.95, 0.3),
+            "full": samples(0.3, 0.97),
+            "both": samples(0.99, 0.99),
+        },
+        last_success={"cpu": NOW, "memory": NOW},
+        version=1,
+    )
+    table = build_table(snapshot, config(f"missingData: {missing}"), NOW)
+    for identity in [*snapshot.by_identity, "unknown"]:
+        verdict = table.by_identity[identity]
+        assert table.reason_of[identity] == ("" if verdict.passed else verdict.reason)
+        assert table.score_of[identity] == verdict.score
+    assert table.reason_of["hot"] and not table.reason_of["cool"]
+    assert bool(table.reason_of["unknown"]) is (missing == "reject")
