@@ -142,14 +142,13 @@ def _verb_handler(
                 outcome = "overloaded"
                 error = f"large bodies waited over --body-timeout for --body-memory ({limits.body_memory} bytes)"
                 return _json_error(503, verb, error, **{"Retry-After": "1", "X-Request-Id": rid})
-            if large and length is not None:  # read into nothing that outlives this call, unlike read()
-                async with asyncio.timeout(limits.body_timeout):
-                    body = await request.content.readexactly(length)
-            elif request.content.is_eof():  # the whole body came with the headers: no timer needed
-                body = await request.read()
+            # A large body is read into nothing that outlives this call (read() keeps a copy).
+            reading = request.content.readexactly(length) if large and length is not None else request.read()
+            if request.content.is_eof():  # the whole body came with the headers: no timer needed
+                body = await reading
             else:
                 async with asyncio.timeout(limits.body_timeout):  # a timer, not a task as wait_for makes
-                    body = await request.read()
+                    body = await reading
             reply = await answer(body)
             summary = reply.summary
             if not large:

@@ -25,16 +25,27 @@ HEADER_TIMEOUT = 0.5
 BODY_TIMEOUT = 1.0
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def _serve(tmp_path_factory: pytest.TempPathFactory, *flags: str) -> Iterator[int]:
+    """`loadext serve` with these limit flags, on a Prometheus that is not there (the verbs
+    answer from the failure policy): its port, until SIGTERM."""
     config = tmp_path_factory.mktemp("limits") / "config.yaml"
     config.write_text(
         f'prometheus: {{url: "http://127.0.0.1:{free_port()}"}}\nsignals: [{{name: cpu, query: up, threshold: 0.8}}]\n'
     )
     port = free_port()
-    argv = serve_argv(
-        config,
-        port,
+    proc = subprocess.Popen(serve_argv(config, port, *flags), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", lambda: proc.poll() is None)
+        yield port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    yield from _serve(
+        tmp_path_factory,
         "--header-timeout",
         f"{HEADER_TIMEOUT}s",
         "--body-timeout",
@@ -46,13 +57,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         "--max-inflight-bytes",
         "600Ki",
     )
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(f"http://127.0.0.1:{port}", lambda: proc.poll() is None)
-        yield port
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
 
 
 def connect(port: int) -> socket.socket:
@@ -166,19 +170,7 @@ def test_body_bytes_in_flight_are_capped(server: int) -> None:
 @pytest.fixture(scope="module")
 def budget_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """Room for one large body at a time (1.5 MiB bodies, 2 MiB of body memory)."""
-    config = tmp_path_factory.mktemp("budget") / "config.yaml"
-    config.write_text(
-        f'prometheus: {{url: "http://127.0.0.1:{free_port()}"}}\nsignals: [{{name: cpu, query: up, threshold: 0.8}}]\n'
-    )
-    port = free_port()
-    argv = serve_argv(config, port, "--max-body-size", "8Mi", "--body-memory", "2Mi", "--body-timeout", "20s")
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(f"http://127.0.0.1:{port}", lambda: proc.poll() is None)
-        yield port
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+    yield from _serve(tmp_path_factory, "--max-body-size", "8Mi", "--body-memory", "2Mi", "--body-timeout", "20s")
 
 
 def large_filter_body(names: int) -> bytes:
