@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import ssl
@@ -45,7 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 from run import answers, bench_config, build_reference, feed, node_name  # noqa: E402  (the same synthetic load)
 
 from harness.exporter import Exporter  # noqa: E402
-from harness.kubernetes import ControlPlane, build_components, ready_node_status, wait_until  # noqa: E402
+from harness.kubernetes import ControlPlane, Process, build_components, ready_node_status, wait_until  # noqa: E402
 from harness.loadext import ready, serve_argv  # noqa: E402
 from harness.prometheus import PrometheusServer, free_port, scrape_config  # noqa: E402
 
@@ -134,9 +135,23 @@ def scheduler_config(extender_url: str | None, qps: int) -> dict[str, Any]:
     return config
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU a process has used so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(
-    plane: ControlPlane, core: Any, label: str, extender_url: str | None, args: argparse.Namespace
+    plane: ControlPlane,
+    core: Any,
+    label: str,
+    extender: tuple[str, Process] | None,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
+    """Bind `--pods` pods; pods/s, and the CPU the extender and the scheduler spent per pod
+    (on a shared 2-core machine the extender's CPU is taken from the scheduler and the API
+    server, so this is what an extender really costs, steadier than pods/s)."""
+    extender_url = extender[0] if extender is not None else None
     create_pods(core, args.pods)
     name = f"scheduler-{label}"
     started = time.time()
@@ -147,6 +162,7 @@ def measure(
         "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
     )
     before = server_seconds(extender_url) if extender_url and label.startswith("loadext") else None
+    extender_cpu = cpu_seconds(extender[1].proc.pid) if extender is not None else 0.0
     try:
         wait_until(
             lambda: len(bound_times(scheduler.log_path)) >= args.pods,
@@ -155,6 +171,9 @@ def measure(
             process=scheduler,
         )
         times = bound_times(scheduler.log_path)
+        if extender is not None:
+            extender_cpu = cpu_seconds(extender[1].proc.pid) - extender_cpu
+        scheduler_cpu = cpu_seconds(scheduler.proc.pid)
         attempt = attempt_mean_ms(plane.scheduler_ports[name])
     finally:
         scheduler.stop()
@@ -162,7 +181,13 @@ def measure(
     steady = times[len(times) // 10 :]
     rate = (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else 0.0
     delete_pods(core)
-    result = {"pods_per_s": rate, "attempt_ms": attempt, "all_bound_s": times[-1] - started}
+    result = {
+        "pods_per_s": rate,
+        "attempt_ms": attempt,
+        "all_bound_s": times[-1] - started,
+        "scheduler_cpu_ms_per_pod": 1000 * scheduler_cpu / args.pods,
+        "extender_cpu_ms_per_pod": 1000 * extender_cpu / args.pods if extender is not None else None,
+    }
     if before is not None and extender_url is not None:  # loadext's own metrics
         after = server_seconds(extender_url)
         for verb in ("filter", "prioritize"):
@@ -187,7 +212,7 @@ def server_seconds(url: str) -> dict[str, tuple[float, float]]:
 
 def start_loadext(
     plane: ControlPlane, workdir: Path, label: str, nodes: int, prometheus_url: str, herd_guard: bool
-) -> str:
+) -> tuple[str, Process]:
     """`loadext serve` with the shipped flags (--watch-nodes; the herd guard on, as the shipped
     config has it, unless this is the diagnostic loadext-noherd)."""
     config = workdir / f"{label}-{nodes}.yaml"
@@ -199,15 +224,15 @@ def start_loadext(
     process = plane.spawn(f"{label}-{nodes}", argv)
     url = f"http://127.0.0.1:{port}"
     wait_until(lambda: ready(url), f"{label} ready", timeout=120, process=process)
-    return url
+    return url, process
 
 
 def one_size(nodes: int, args: argparse.Namespace, bin_dir: Path, workdir: Path, prometheus_url: str) -> dict[str, Any]:
     """One control plane with `nodes` Nodes; the three configurations in turn."""
     plane = ControlPlane(workdir / f"plane-{nodes}", bin_dir, ("ServiceAccount", "TaintNodesByCondition"))
     (workdir / f"plane-{nodes}").mkdir()
-    plane.start()
     try:
+        plane.start()
         core = client.CoreV1Api(plane.api())
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         print(f"creating {nodes} nodes ...", file=sys.stderr)
@@ -220,21 +245,21 @@ def one_size(nodes: int, args: argparse.Namespace, bin_dir: Path, workdir: Path,
         )
         go_url = f"http://127.0.0.1:{go_port}"
         wait_until(lambda: answers(go_url), "the Go reference", process=go)
-        urls: dict[str, str | None] = {"none": None, "go": go_url}
+        extenders: dict[str, tuple[str, Process] | None] = {"none": None, "go": (go_url, go)}
         if "floor" in args.configs:
             floor_port = free_port()
             floor = plane.spawn(
                 f"floor-{nodes}", [sys.executable, str(HERE.parent / "floor.py"), str(floor_port), "--echo"]
             )
-            urls["floor"] = f"http://127.0.0.1:{floor_port}"
+            extenders["floor"] = (f"http://127.0.0.1:{floor_port}", floor)
             wait_until(lambda: answers(f"http://127.0.0.1:{floor_port}"), "the floor", process=floor)
         for label, herd_guard in (("loadext", True), ("loadext-noherd", False)):
             if label in args.configs:
-                urls[label] = start_loadext(plane, workdir, label, nodes, prometheus_url, herd_guard)
+                extenders[label] = start_loadext(plane, workdir, label, nodes, prometheus_url, herd_guard)
         row: dict[str, Any] = {}
         for label in args.configs:
             print(f"  {nodes} nodes, {label}: scheduling {args.pods} pods ...", file=sys.stderr)
-            row[label] = measure(plane, core, f"{label}-{nodes}", urls[label], args)
+            row[label] = measure(plane, core, f"{label}-{nodes}", extenders[label], args)
             print(f"    {row[label]['pods_per_s']:.0f} pods/s", file=sys.stderr)
     finally:
         plane.stop()
@@ -262,8 +287,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def table(results: dict[str, Any]) -> str:
     """A row per cluster size and configuration; ratios against the Go reference and no extender."""
     lines = [
-        "| nodes | configuration | pods/s | vs Go | vs none | attempt ms | loadext ms per filter / prioritize |",
-        "|---:|---|---:|---:|---:|---:|---|",
+        "| nodes | configuration | pods/s | vs Go | vs none | attempt ms | extender CPU ms/pod | scheduler CPU ms/pod"
+        " | loadext ms per filter / prioritize |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for nodes, row in results.items():
         for label, r in row.items():
@@ -275,7 +301,13 @@ def table(results: dict[str, Any]) -> str:
                 f"{r[key]:.2f}" if r.get(key) is not None else "-"
                 for key in ("server_ms_filter", "server_ms_prioritize")
             )
-            lines.append(f"| {nodes} | {label} | {rate:.0f} | {vs_go} | {vs_none} | {attempt} | {server} |")
+            cpu = r.get("extender_cpu_ms_per_pod")
+            extender_cpu = f"{cpu:.2f}" if cpu is not None else "-"
+            scheduler_cpu = f"{r.get('scheduler_cpu_ms_per_pod', 0):.2f}"
+            lines.append(
+                f"| {nodes} | {label} | {rate:.0f} | {vs_go} | {vs_none} | {attempt} | {extender_cpu} | {scheduler_cpu}"
+                f" | {server} |"
+            )
     return "\n".join(lines)
 
 
