@@ -145,10 +145,11 @@ class ListWatch(Generic[Object]):
         while not self.stop.is_set():
             try:
                 listed = list_objects(self.list_call, self.kind, **self.list_args)
+                version = listed.metadata.resourceVersion
                 self.on_list(listed.items or [])
+                del listed  # the watch below runs for hours: do not hold every listed object through it
                 self.on_health(True)
                 backoff = 1.0
-                version = listed.metadata.resourceVersion
                 while version and not self.stop.is_set():
                     version = self._watch(version)
                 if self.stop.is_set():
