@@ -377,11 +377,22 @@ class Extender:
         decides, so the verdicts equal corrected()'s (tests/unit/test_herd.py checks it)."""
         in_flight = self.inflight.per_node(now)  # expires the window first, so the memo sees it
         capacity, config = self.directory.allocatable, self.config
-        memo = self._incoming.for_size(table, self.directory.allocatable_version, incoming, self.inflight).verdicts
-        for name in set(names).difference(memo):
+        size = self._incoming.for_size(table, self.directory.allocatable_version, incoming, self.inflight)
+        memo = size.verdicts
+
+        def judge(name: str) -> Verdict:
             candidate = self._candidate(name, name, table.by_identity[name], table)
-            memo[name] = corrected_one(candidate, in_flight.get(name, NO_PLACEMENTS), incoming, capacity, config, now)
-        guarded = list(map(memo.__getitem__, names))
+            return corrected_one(candidate, in_flight.get(name, NO_PLACEMENTS), incoming, capacity, config, now)
+
+        for name in size.stale:  # the node or two placed on since the last call
+            memo[name] = judge(name)
+        size.stale.clear()
+        try:  # one pass when the memo has every name, as it does between refreshes
+            guarded = list(map(memo.__getitem__, names))
+        except KeyError:  # names not judged since the table changed
+            for name in set(names).difference(memo):
+                memo[name] = judge(name)
+            guarded = list(map(memo.__getitem__, names))
         if own is not None and own.node in in_flight:
             # The pod judged was expected on this node by an earlier call: judge that node
             # without it (the memo counts it, as it would for any other pod).

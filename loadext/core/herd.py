@@ -396,21 +396,24 @@ class IncomingVerdicts:
 
     def for_size(self, table: object, capacity_version: int, incoming: Usage, inflight: InFlight) -> SizeMemo:
         """The memo for this pod size, with the nodes changed in flight since the last call
-        dropped; the caller judges what is missing."""
+        dropped (those it had a verdict for are listed in `stale`); the caller judges what is
+        missing."""
         if self._key is None or self._key[0] is not table or self._key[1] != capacity_version:
             self._key = (table, capacity_version)
             self._by_size.clear()
         memo = self._by_size.get(incoming)
         if memo is None:
-            memo = self._by_size[incoming] = SizeMemo(inflight.version, {}, {})
+            memo = self._by_size[incoming] = SizeMemo(inflight.version, {}, {}, set())
             return memo
         changed = inflight.changed_since(memo.version)
         if changed is None:
             memo.verdicts.clear()
             memo.heats.clear()
+            memo.stale.clear()
         else:
             for node in changed:
-                memo.verdicts.pop(node, None)
+                if memo.verdicts.get(node) is not None:  # MUTANT
+                    memo.stale.add(node)
                 memo.heats.pop(node, None)
         memo.version = inflight.version
         return memo
@@ -421,3 +424,4 @@ class SizeMemo:
     version: int  # InFlight.version the entries are current with
     verdicts: dict[str, Verdict]  # corrected_one per node
     heats: dict[str, float | None]  # corrected_heat per node, filled only when soft mode asks
+    stale: set[str]  # nodes whose verdict was dropped for a change in flight: re-judge before reading

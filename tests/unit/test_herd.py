@@ -213,7 +213,10 @@ herdGuard: {enabled: true, window: 5m, burstCap: 3}
 @given(
     loads=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=12),
     placements=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 4000)), max_size=10),
-    requests=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 4000), st.booleans()), min_size=1, max_size=6),
+    # few sizes, so that calls reuse a size's memo after placements changed it (its stale nodes)
+    requests=st.lists(
+        st.tuples(st.integers(0, 11), st.sampled_from((0, 500, 1500, 4000)), st.booleans()), min_size=1, max_size=6
+    ),
 )
 def test_fast_herd_correction_equals_the_reference(
     loads: list[tuple[float, float]], placements: list[tuple[int, int]], requests: list[tuple[int, int, bool]]
