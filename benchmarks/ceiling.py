@@ -9,7 +9,8 @@ servers, each doing a little less of loadext's work.
   (limits, request id, telemetry), the encode and aiohttp: loadext's ceiling on this stack;
 - floor, echo: benchmarks/floor.py --echo, aiohttp and orjson answering a correct reply of
   the same size;
-- floor, constant: benchmarks/floor.py, aiohttp answering a 90-byte constant.
+- floor, constant: benchmarks/floor.py, aiohttp answering a 90-byte constant;
+- Go reference: benchmarks/reference/ with GOMAXPROCS=1, the yardstick of issue #14's targets.
 
 Each server is pinned to CPU 1 and wrk to CPU 0; runs alternate between servers and the table
 gives medians of requests per second and of the server's CPU time per request (from
@@ -32,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from run import answers, bench_config, node_load, node_name, pinned, wrk  # noqa: E402
+from run import answers, bench_config, build_reference, node_load, node_name, pinned, wrk  # noqa: E402
 
 from harness.prometheus import free_port  # noqa: E402
 
@@ -42,7 +43,9 @@ SERVERS = {
     "loadext, no verb, no decode": "no-decode",
     "floor, echo": "echo",
     "floor, constant": "constant",
+    "Go reference": "go",
 }
+NODES = 5000
 
 
 def serve(port: int, mode: str, body_path: Path) -> None:
@@ -54,7 +57,7 @@ def serve(port: int, mode: str, body_path: Path) -> None:
     from loadext.http.server import install_event_loop
 
     install_event_loop()
-    names = [node_name(i) for i in range(1, 5001)]
+    names = [node_name(i) for i in range(1, NODES + 1)]
     cpu = {name: node_load(i)[0] for i, name in enumerate(names, 1)}
     memory = {name: node_load(i)[1] for i, name in enumerate(names, 1)}
     app = stored_app(bench_config("http://127.0.0.1:1"), cpu, memory)
@@ -73,9 +76,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start(mode: str, body: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start(mode: str, body: Path, reference: tuple[Path, Path]) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    if mode in ("echo", "constant"):
+    if mode == "go":  # env execs the binary: the pid is the server's, for its CPU time
+        binary, snapshot = reference
+        argv = ["env", "GOMAXPROCS=1", str(binary), "--listen", f"127.0.0.1:{port}", "--snapshot", str(snapshot)]
+    elif mode in ("echo", "constant"):
         argv = [sys.executable, str(HERE / "floor.py"), str(port), *(["--echo"] if mode == "echo" else [])]
     else:
         argv = [sys.executable, str(Path(__file__).resolve()), "--serve", str(port), mode, str(body)]
@@ -88,7 +94,8 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]]]:
     generate = [sys.executable, str(HERE / "gen_fixtures.py"), "--large", str(workdir), "--nodes", str(args.names)]
     subprocess.run(generate, check=True, capture_output=True)
     body = workdir / f"args-names-{args.names}.json"
-    servers = {label: start(mode, body) for label, mode in SERVERS.items()}
+    reference = build_reference(workdir, NODES)
+    servers = {label: start(mode, body, reference) for label, mode in SERVERS.items()}
     try:
         for label, (process, url) in servers.items():
             deadline = time.monotonic() + 60
