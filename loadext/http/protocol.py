@@ -262,10 +262,14 @@ def encode_filter_result(result: FilterResult, full_nodes: list[msgspec.Raw] | N
 
 
 class _PriorityFragments:
-    """Each node's `{"Host":...,"Score":N}` for every score 0..10, encoded once by orjson (so
-    escaping is orjson's) and joined per request at C speed: building and encoding a dict per
+    """Each node's `{"Host":...,"Score":N}` for every score 0..10, encoded once (the name
+    escaped by orjson) and joined per request at C speed: building and encoding a dict per
     node was most of prioritize's time at 500 names (docs/benchmarks.md). Bounded: past
-    `max_nodes` names (a node churn far beyond any cluster) it starts over."""
+    `max_nodes` names (a node churn far beyond any cluster) it starts over.
+
+    The fragments are built by formatting, not kept as orjson.dumps results: each of those
+    holds a buffer of about 4 KB however short its JSON, and 5000 nodes' 55,000 fragments took
+    214 MB (tracemalloc, nodes-5000 prioritize); formatted, they take their own size."""
 
     def __init__(self, max_nodes: int = 20_000) -> None:
         self._by_name: dict[str, tuple[bytes, ...]] = {}
@@ -279,7 +283,8 @@ class _PriorityFragments:
             if len(by_name) + len(names) > self._max_nodes:
                 by_name.clear()
             for name in set(names).difference(by_name):
-                by_name[name] = tuple(orjson.dumps({"Host": name, "Score": score}) for score in _SCORES)
+                host = orjson.dumps(name)
+                by_name[name] = tuple(b'{"Host":%b,"Score":%d}' % (host, score) for score in _SCORES)
             parts = list(map(getitem, map(by_name.__getitem__, names), scores))
         return b"[" + b",".join(parts) + b"]"
 
