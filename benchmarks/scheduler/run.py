@@ -16,7 +16,8 @@ reference (benchmarks/reference/) decides the same values from a file; the floor
 (benchmarks/floor.py --echo) is aiohttp and orjson alone answering correctly (every node passes,
 every score 0): the fastest a Python extender on this HTTP stack can be, so loadext's distance
 to it is what loadext's own work costs the scheduler. Each row also gives the CPU the extender
-and the scheduler spent per pod bound (from /proc), which varies less between runs than pods/s.
+and the scheduler spent per pod bound (from /proc), which varies less between runs than pods/s,
+and the extender's peak RSS (VmHWM: for loadext, names-only traffic with its watches).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE.parent))
 
-from run import answers, bench_config, build_reference, feed, node_name  # noqa: E402  (the same synthetic load)
+from run import answers, bench_config, build_reference, feed, node_name, rss_mb  # noqa: E402  (the same synthetic load)
 
 from harness.exporter import Exporter  # noqa: E402
 from harness.kubernetes import ControlPlane, Process, build_components, ready_node_status, wait_until  # noqa: E402
@@ -164,6 +165,7 @@ def measure(
     )
     before = server_seconds(extender_url) if extender_url and label.startswith("loadext") else None
     extender_cpu = cpu_seconds(extender[1].proc.pid) if extender is not None else 0.0
+    extender_peak: float | None = None
     try:
         wait_until(
             lambda: len(bound_times(scheduler.log_path)) >= args.pods,
@@ -174,6 +176,7 @@ def measure(
         times = bound_times(scheduler.log_path)
         if extender is not None:
             extender_cpu = cpu_seconds(extender[1].proc.pid) - extender_cpu
+            extender_peak = rss_mb(extender[1].proc.pid)["VmHWM"]
         scheduler_cpu = cpu_seconds(scheduler.proc.pid)
         attempt = attempt_mean_ms(plane.scheduler_ports[name])
     finally:
@@ -188,6 +191,7 @@ def measure(
         "all_bound_s": times[-1] - started,
         "scheduler_cpu_ms_per_pod": 1000 * scheduler_cpu / args.pods,
         "extender_cpu_ms_per_pod": 1000 * extender_cpu / args.pods if extender is not None else None,
+        "extender_peak_rss_mb": extender_peak,
     }
     if before is not None and extender_url is not None:  # loadext's own metrics
         after = server_seconds(extender_url)
@@ -289,8 +293,8 @@ def table(results: dict[str, Any]) -> str:
     """A row per cluster size and configuration; ratios against the Go reference and no extender."""
     lines = [
         "| nodes | configuration | pods/s | vs Go | vs none | attempt ms | extender CPU ms/pod | scheduler CPU ms/pod"
-        " | loadext ms per filter / prioritize |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        " | extender peak RSS MB | loadext ms per filter / prioritize |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for nodes, row in results.items():
         for label, r in row.items():
@@ -305,9 +309,10 @@ def table(results: dict[str, Any]) -> str:
             cpu = r.get("extender_cpu_ms_per_pod")
             extender_cpu = f"{cpu:.2f}" if cpu is not None else "-"
             scheduler_cpu = f"{r.get('scheduler_cpu_ms_per_pod', 0):.2f}"
+            peak = f"{r['extender_peak_rss_mb']:.0f}" if r.get("extender_peak_rss_mb") is not None else "-"
             lines.append(
                 f"| {nodes} | {label} | {rate:.0f} | {vs_go} | {vs_none} | {attempt} | {extender_cpu} | {scheduler_cpu}"
-                f" | {server} |"
+                f" | {peak} | {server} |"
             )
     return "\n".join(lines)
 
