@@ -412,7 +412,7 @@ class IncomingVerdicts:
             memo.stale.clear()
         else:
             for node in changed:
-                if memo.verdicts.get(node) is not None:  # MUTANT
+                if memo.verdicts.pop(node, None) is not None:
                     memo.stale.add(node)
                 memo.heats.pop(node, None)
         memo.version = inflight.version
