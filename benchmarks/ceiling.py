@@ -21,7 +21,6 @@ rows are the cost of each layer.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from run import answers, bench_config, build_reference, node_load, node_name, pinned, wrk  # noqa: E402
+from run import answers, bench_config, build_reference, cpu_seconds, node_load, node_name, pinned, wrk  # noqa: E402
 
 from harness.prometheus import free_port  # noqa: E402
 
@@ -69,11 +68,6 @@ def serve(port: int, mode: str, body_path: Path) -> None:
         if mode == "no-decode":
             server.decode_extender_args = lambda _body, node_details=False: request  # type: ignore[assignment]
     web.run_app(app.web_app("/", background=False), host="127.0.0.1", port=port, access_log=None, print=None)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start(mode: str, body: Path, reference: tuple[Path, Path]) -> tuple[subprocess.Popen[bytes], str]:

@@ -187,6 +187,12 @@ def metric(url: str, name: str) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU a process has used so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> dict[str, float]:
     status = Path(f"/proc/{pid}/status").read_text()
     values = dict(re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB", status, re.M))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import signal
 import ssl
@@ -45,7 +44,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE.parent))
 
-from run import answers, bench_config, build_reference, feed, node_name, rss_mb  # noqa: E402  (the same synthetic load)
+from run import answers, bench_config, build_reference, cpu_seconds, feed, node_name, rss_mb  # noqa: E402  (the same synthetic load)
 
 from harness.exporter import Exporter  # noqa: E402
 from harness.kubernetes import ControlPlane, Process, build_components, ready_node_status, wait_until  # noqa: E402
@@ -135,12 +134,6 @@ def scheduler_config(extender_url: str | None, qps: int) -> dict[str, Any]:
             }
         ]
     return config
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU a process has used so far (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(
