@@ -345,10 +345,15 @@ def test_herd_guard_spreads_a_burst(cluster: Cluster, exporter: Exporter, slug: 
         while in_flight_on_idle():
             assert time.monotonic() < deadline, "the deleted pods are still counted"  # deletion forgets them
             time.sleep(0.2)
-        with_guard = burst(cluster, slug, "on", 30)
-        # The fair share is the one that evens out load: 30 pods of 2.66 % on top of 35 % and 4 x 60 %
-        # level all five at about 71 %, i.e. about 13.5 pods on the idle node and 4 on each other.
-        fair = level_shares(loads, 30, 8 * 0.85 / 256)
+        # Scores are whole steps of 10 % CPU here (~3.8 pods), and kube-scheduler picks at random
+        # among nodes tied on a step, so a burst that stops inside a step can leave a node a step
+        # short by chance: with 30 pods, one run in 18 when simulated (CI met one). 35 pods end
+        # where the step from 65 to 75 % ends on every node: 15 pods take the idle node to 74.8 %,
+        # 5 take each other to 73.3 %, so only the pod watch's lag is left to move a pod or two.
+        with_guard = burst(cluster, slug, "on", 35)
+        # The fair share is the one that evens out load: 35 pods of 2.66 % on top of 35 % and 4 x 60 %
+        # level all five at about 74 %, i.e. about 14.5 pods on the idle node and 5 on each other.
+        fair = level_shares(loads, 35, 8 * 0.85 / 256)
         assert all(abs(with_guard.get(node, 0) - fair[node]) <= 3 for node in nodes), (with_guard, fair)
         deadline = time.monotonic() + 30
         while True:  # every pod of the burst is counted, on the node it went to
