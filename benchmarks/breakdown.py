@@ -115,7 +115,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             extender.directory.set_allocatable(name, {"cpu": 16.0, "memory": 64.0 * 2**30})
         now = time.time()
         for i in range(args.in_flight):
-            extender.record_placement(f"burst-{i}", names[(i * 7) % args.names], now, Usage(1.7, 2**30))
+            extender.record_placement(f"burst-{i}", names[(i * 7) % args.nodes], now, Usage(1.7, 2**30))
     per_node = extender.config.per_node_metrics
     details = extender.config.herd_guard.enabled
     request = protocol.decode_extender_args(body, node_details=details)
@@ -177,7 +177,12 @@ def main() -> int:
     parser.add_argument("--names", type=int, default=500, help="names per request (default 500)")
     parser.add_argument("--requests", type=int, default=2000, help="calls per stage (default 2000)")
     parser.add_argument("--herd-guard", action="store_true", help="with the herd guard on, as the shipped config")
-    parser.add_argument("--in-flight", type=int, default=20, help="with --herd-guard: pods placed in the window")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=20,
+        help="with --herd-guard: pods placed in the window, on every 7th node of the snapshot",
+    )
     parser.add_argument("--http", action="store_true", help="also measure the aiohttp floor with wrk")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of wrk for --http (default 5)")
     parser.add_argument("--json", type=Path, help="also write the result as JSON here")

@@ -437,8 +437,8 @@ class Extender:
             identities = [self.identity(n, args.addresses.get(n, ()), table) for n in args.names]
         now, estimate, in_flight = self.clock(), None, None
         if self.config.herd_guard.enabled:
-            # A copy: the sums change in place; the tuples in it never do. A few microseconds.
-            estimate, in_flight = self._estimates.get(args.pod.uid), dict(self.inflight.per_node(now))
+            # The sums as they are now (InFlight.per_node is immutable: kept, not copied).
+            estimate, in_flight = self._estimates.get(args.pod.uid), self.inflight.per_node(now)
         decision = Decision(
             verb, now, args.names, identities, verdicts, self.cache.snapshot, self.config, estimate, in_flight
         )

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from cachetools import LRUCache
+from immutables import Map
 
 from loadext.config import Config, Pool
 from loadext.config.units import quantity
@@ -163,7 +164,12 @@ class InFlight:
 
     Kept incrementally: a placement changes its node's sum only, and the nodes changed since a
     version can be asked for (changed_since), so the herd correction re-judges only those
-    nodes, not every node with a pod in flight (in a burst, that is every node)."""
+    nodes, not every node with a pod in flight (in a burst, that is every node).
+
+    The sums are an immutable map (a HAMT): every decision keeps the sums it was made with for
+    explain --pod, and holding a reference costs nothing, where copying a dict cost each
+    request time in proportion to the nodes in flight (80 us at 4444 nodes). A change costs
+    about 0.3 us more than a dict's, and a read about 30 ns more."""
 
     _LOG_SIZE = 4096  # changes remembered for changed_since; older readers rebuild
 
@@ -171,7 +177,7 @@ class InFlight:
         self.window = window
         self._pods: dict[str, Placement] = {}
         self._by_node: dict[str, dict[str, Usage]] = {}  # node -> uid -> usage x unseen share
-        self._per_node: dict[str, tuple[Usage, int]] = {}
+        self._per_node: Map[str, tuple[Usage, int]] = Map()
         self._due: dict[str, float] = {}  # uid -> when its share next changes
         self._changes: list[tuple[float, str]] = []  # (due, uid), a heap; entries not in _due are stale
         self._log: list[str] = []  # nodes changed, in order; _log[i] is change _log_base + i + 1
@@ -220,7 +226,7 @@ class InFlight:
         return list(self._pods.items())
 
     def replace_all(self, placements: Mapping[str, Placement], now: float) -> None:
-        self._pods, self._by_node, self._per_node, self._due, self._changes = {}, {}, {}, {}, []
+        self._pods, self._by_node, self._due, self._changes = {}, {}, {}, []
         for uid, placement in placements.items():
             if now < placement.placed_at + self.window:
                 self._pods[uid] = placement
@@ -229,8 +235,7 @@ class InFlight:
                 self._due[uid] = next_change(placement, self.window, now)
                 self._changes.append((self._due[uid], uid))
         heapq.heapify(self._changes)
-        for node in self._by_node:
-            self._per_node[node] = _summed(self._by_node[node])
+        self._per_node = Map({node: _summed(pods) for node, pods in self._by_node.items()})
         self.version += 1
         self._log, self._log_base = [], self.version  # readers from before rebuild
 
@@ -251,10 +256,11 @@ class InFlight:
     def _resum(self, node: str) -> None:
         pods = self._by_node[node]
         if pods:
-            self._per_node[node] = _summed(pods)
+            self._per_node = self._per_node.set(node, _summed(pods))
         else:
             del self._by_node[node]
-            self._per_node.pop(node, None)
+            if node in self._per_node:
+                self._per_node = self._per_node.delete(node)
         self.version += 1
         self._log.append(node)
         if len(self._log) > self._LOG_SIZE:
@@ -269,8 +275,9 @@ class InFlight:
             return None
         return self._log[version - self._log_base :]
 
-    def per_node(self, now: float) -> dict[str, tuple[Usage, int]]:
-        """node -> (summed estimate, number of placements) within the window."""
+    def per_node(self, now: float) -> Map[str, tuple[Usage, int]]:
+        """node -> (summed estimate, number of placements) within the window; immutable, so a
+        caller may keep it as it is now."""
         self.expire(now)
         return self._per_node
 

@@ -63,11 +63,14 @@ def test_in_flight_window_and_removal() -> None:
     inflight.place("a", Placement("n1", now - 10, Usage(1, 0)), now)
     inflight.place("b", Placement("n1", now - 20, Usage(2, 0)), now)
     inflight.place("old", Placement("n1", now - 61, Usage(8, 0)), now)  # metrics show it by now
-    assert inflight.per_node(now) == {"n1": (Usage(3, 0), 2)}
+    kept = inflight.per_node(now)
+    assert dict(kept) == {"n1": (Usage(3, 0), 2)}
     inflight.remove("a")
-    assert inflight.per_node(now) == {"n1": (Usage(2, 0), 1)}
-    inflight.expire(now + 45)
-    assert inflight.per_node(now + 45) == {}
+    inflight.place("c", Placement("n2", now, Usage(4, 0)), now)
+    assert dict(inflight.per_node(now)) == {"n1": (Usage(2, 0), 1), "n2": (Usage(4, 0), 1)}
+    assert dict(kept) == {"n1": (Usage(3, 0), 2)}  # a decision keeps the sums it was made with
+    inflight.expire(now + 61)
+    assert dict(inflight.per_node(now + 61)) == {}
 
 
 CONFIG = """
@@ -295,7 +298,7 @@ def test_in_flight_sums_and_changes_match_a_recount(steps: list[tuple[str, int, 
     inflight, now = InFlight(window=60), 1000.0
     expected: dict[str, Placement] = {}
     for action, pod, node, age, measured in steps:
-        before, version = dict(inflight.per_node(now)), inflight.version
+        before, version = inflight.per_node(now), inflight.version
         uid = f"pod-{pod}"
         if action == "place":
             measured_at = now - age + measured if 0 < measured <= age else 0.0
@@ -320,4 +323,4 @@ def test_in_flight_sums_and_changes_match_a_recount(steps: list[tuple[str, int, 
         }
         changed = inflight.changed_since(version)
         assert changed is not None
-        assert {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)} <= set(changed)
+        assert {n for n in {*before, *after} if before.get(n) != after.get(n)} <= set(changed)
