@@ -210,8 +210,13 @@ def build_table(
         )
     expiries = [t + config.max_data_age for t in snapshot.last_success.values()]
     by_identity: dict[str, Verdict] = {}
+    # One object per distinct verdict (a few dozen at most: scores 0..10 and the refusals), not
+    # one per node: requests read fewer scattered objects, and the decision log, which keeps
+    # the verdicts of decisions made on older tables, keeps a list of shared ones.
+    alike: dict[Verdict, Verdict] = {}
     for identity, samples in snapshot.by_identity.items():
-        by_identity[identity] = judge(samples, config, now, pools.get(identity))
+        verdict = judge(samples, config, now, pools.get(identity))
+        by_identity[identity] = alike.setdefault(verdict, verdict)
         expiries.extend(
             s.timestamp + config.max_data_age for s in samples.values() if s.timestamp + config.max_data_age > now
         )

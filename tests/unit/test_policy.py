@@ -115,3 +115,14 @@ def test_the_tables_reasons_and_scores_are_its_verdicts_parts(missing: str) -> N
         assert table.score_of[identity] == verdict.score
     assert table.reason_of["hot"] and not table.reason_of["cool"]
     assert bool(table.reason_of["unknown"]) is (missing == "reject")
+
+
+def test_the_table_holds_one_verdict_object_per_distinct_verdict() -> None:
+    """5000 nodes share a few dozen distinct verdicts; the decision log keeps the verdicts of
+    decisions made on older tables, so those must be shared objects, not one per node."""
+    loads = [0.1, 0.5, 0.95]  # two scores and a refusal
+    by_identity = {f"n{i}": samples(loads[i % 3], 0.5) for i in range(300)}
+    table = build_table(Snapshot(by_identity, {"cpu": NOW, "memory": NOW}, 1), config(), NOW)
+    verdicts = list(table.by_identity.values())
+    assert len({id(v) for v in verdicts}) == len(set(verdicts)) == 3
+    assert [v.passed for v in verdicts[:3]] == [True, True, False]
