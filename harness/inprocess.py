@@ -55,10 +55,15 @@ def stored_app(
     """An App whose snapshot holds these values, fresh, published as a refresh would: for
     tests about the verbs, not the data path (serve it with background=False)."""
     app = App(config_text, limits=limits)
+    publish(app, cpu, memory)
+    return app
+
+
+def publish(app: App, cpu: dict[str, float], memory: dict[str, float]) -> None:
+    """A refresh round with these values, published as the refresher publishes one."""
     extender, now = app.extender, time.time()
     snapshot = extender.cache.store_round([SignalValues("cpu", cpu, now), SignalValues("memory", memory, now)])
     extender.publish_refresh(snapshot, extender.table_builder()(snapshot))
-    return app
 
 
 async def client_for(aiohttp_client: Any, app: App, path_prefix: str = "/") -> TestClient[Any, Any]:

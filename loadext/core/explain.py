@@ -77,9 +77,8 @@ def explain_pod(extender: Extender, pod: str) -> dict[str, Any] | None:
     out: dict[str, Any] = {"pod": pod}
     for verb, decision in decisions.items():
         rows: list[dict[str, Any]] = []
-        for i, (name, verdict) in enumerate(zip(decision.names, decision.node_verdicts(), strict=True)):
-            identity = decision.identities[i] if decision.identities is not None else name
-            samples = decision.snapshot.by_identity.get(identity, {}) if identity else {}
+        rows_of = zip(decision.names, decision.node_verdicts(), decision.node_samples(), strict=True)
+        for name, verdict, samples in rows_of:
             pool = decision.config.pool_for(labelled.get(name))
             thresholds = {s.name: s.threshold for s in (pool.signals if pool else decision.config.signals)}
             rows.append(
@@ -92,7 +91,7 @@ def explain_pod(extender: Extender, pod: str) -> dict[str, Any] | None:
                             "age": round(decision.time - v.timestamp, 1),
                             "threshold": thresholds.get(s),
                         }
-                        for s, v in samples.items()
+                        for s, v in (samples or {}).items()
                     },
                     "verdict": "pass" if verdict.passed else "reject",
                     "score": verdict.score,
