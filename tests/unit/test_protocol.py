@@ -226,6 +226,22 @@ def test_the_same_pod_bytes_decode_once_and_a_changed_pod_anew() -> None:
     assert other is not None and other is not first and other.name == "another"
 
 
+def test_prioritize_shares_filters_name_list_when_the_bytes_are_equal() -> None:
+    """prioritize gets the names filter passed, in filter's order: equal bytes share the list
+    (the decision log keeps both calls); other names, or repeated ones, are decoded anew."""
+    from loadext.http.protocol import decode_extender_args
+
+    body = json.loads(fixture_bytes("filter-names.json"))
+    first = decode_extender_args(orjson.dumps(body)).args.names
+    again = decode_extender_args(orjson.dumps(body)).args.names
+    assert again is first and again == body["NodeNames"]
+    fewer = decode_extender_args(orjson.dumps({**body, "NodeNames": body["NodeNames"][1:]})).args.names
+    assert fewer == body["NodeNames"][1:]
+    repeated = {**body, "NodeNames": ["a", "b", "a"]}
+    for _ in range(2):  # the memo keeps the list with the repeat dropped
+        assert decode_extender_args(orjson.dumps(repeated)).args.names == ["a", "b"]
+
+
 def test_a_bad_pod_is_refused_every_time_not_remembered() -> None:
     from loadext.http.protocol import ProtocolError, decode_extender_args
 
