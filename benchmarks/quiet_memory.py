@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import re
+import os
 import subprocess
 import sys
 import time
@@ -29,7 +29,7 @@ def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE.parent))
     sys.path.insert(0, str(HERE))
     import orjson
-    from run import bench_config, node_load, node_name
+    from run import bench_config, node_load, node_name, rss_mb
 
     from harness.inprocess import publish, stored_app
     from loadext.core.snapshot import Snapshot
@@ -56,14 +56,8 @@ def child(args: argparse.Namespace) -> None:
         if (i + 1) % args.every == 0 or i + 1 == args.pods:
             gc.collect()
             alive = sum(isinstance(o, Snapshot) for o in gc.get_objects())
-            rows.append({"pods": i + 1, "rss_mb": rss_mb(), "snapshots": alive})
+            rows.append({"pods": i + 1, "rss_mb": rss_mb(os.getpid())["VmRSS"], "snapshots": alive})
     print(json.dumps(rows))
-
-
-def rss_mb() -> float:
-    status = Path("/proc/self/status").read_text()
-    match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
-    return int(match.group(1)) / 1024 if match else 0.0
 
 
 def main() -> int:

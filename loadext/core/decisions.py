@@ -93,12 +93,12 @@ class DecisionLog:
             self._pinned[pins] = None
             if len(self._pinned) > self._whole:
                 del self._pinned[next(iter(self._pinned))]
-                self._cut_down_all_but(self._pinned)
+                self._cut_down_unpinned()
 
-    def _cut_down_all_but(self, pinned: Mapping[tuple[int, int], None]) -> None:
+    def _cut_down_unpinned(self) -> None:
         for verbs in self._pods.values():
             for verb, decision in verbs.items():
-                if decision.snapshot is not None and decision.pins() not in pinned:
+                if decision.snapshot is not None and decision.pins() not in self._pinned:
                     verbs[verb] = decision.cut_down()
 
     def get(self, pod: str) -> dict[str, Decision] | None:

@@ -152,7 +152,9 @@ class _LastNames:
     every node passed, prioritize's bytes are filter's, and it shares filter's list instead of
     decoding it again (~25 us and, for the decision log, ~37 KB per 500 names). Lists are never
     changed once decoded, so sharing one is safe; (bytes, list) is swapped as one tuple, so a
-    reader never sees one call's bytes with another's list."""
+    reader never sees one call's bytes with another's list. One entry compared, not _PodMemo's
+    dict: hashing 500 names' bytes costs ~1.3 us a call, a compare that fails at the length
+    ~0.1 us, and prioritize only ever follows its own filter."""
 
     def __init__(self) -> None:
         self._last: tuple[bytes, list[str] | None] = (b"", None)

@@ -10,9 +10,19 @@ from typing import Any
 
 import orjson
 
-from harness.inprocess import HERD_GUARDED_CONFIG, STORED_CPU, STORED_MEMORY, client_for, post, publish, stored_app
+from harness.inprocess import (
+    HERD_GUARDED_CONFIG,
+    STORED_CONFIG,
+    STORED_CPU,
+    STORED_MEMORY,
+    client_for,
+    post,
+    publish,
+    stored_app,
+)
 from harness.wire import fixture_bytes
 from loadext.cli import format_pod_decisions
+from loadext.config import parse_config
 from loadext.core.decisions import Decision
 from loadext.core.herd import Usage
 from loadext.core.policy import Verdict
@@ -103,7 +113,7 @@ def test_a_cut_down_decision_keeps_each_candidates_row() -> None:
     snapshot = Snapshot({"10.0.0.1": {"cpu": Sample(0.9, 1.0)}, "10.0.0.2": {"cpu": Sample(0.2, 1.0)}}, {}, 1)
     table = {"10.0.0.1": hot, "10.0.0.2": cool, "": no_data}
     decision = Decision(
-        "filter", 2.0, ["a", "b", "c"], ["10.0.0.1", None, "10.0.0.2"], table, snapshot, stored_app().extender.config
+        "filter", 2.0, ["a", "b", "c"], ["10.0.0.1", None, "10.0.0.2"], table, snapshot, parse_config(STORED_CONFIG)
     )
     cut = decision.cut_down()
     assert cut.snapshot is None and isinstance(cut.verdicts, list)
