@@ -33,14 +33,14 @@ sys.path.insert(0, str(HERE))
 from run import bench_config, node_load, node_name, pinned, wrk  # noqa: E402  (the suite's load, config, wrk)
 
 from harness.inprocess import stored_app  # noqa: E402
-from loadext.core.herd import Usage  # noqa: E402
+from loadext.core.herd.usage import Usage  # noqa: E402
 from loadext.http import protocol  # noqa: E402
 
 # The verb's own steps, by function name: what cProfile attributes the verb's time to.
 VERB_PARTS = {
-    "directory": ("observe", "set_labels", "set_allocatable"),
-    "table lookup": ("table", "verdicts_for"),
-    "herd correction": ("_herd_by_name", "corrected", "_candidates"),
+    "directory": ("note_request", "observe", "set_labels", "set_allocatable"),
+    "table lookup": ("table", "identities_of", "of"),
+    "herd correction": ("incoming", "view", "corrected", "heats"),
     "decision record": ("_remember", "record"),
     "result": ("_rejections", "summary"),
 }
@@ -109,15 +109,15 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     cpu = {name: node_load(i)[0] for i, name in enumerate(names, 1)}
     memory = {name: node_load(i)[1] for i, name in enumerate(names, 1)}
     app = stored_app(config_text(args.herd_guard), cpu, memory)
-    extender, telemetry = app.extender, app.telemetry
+    extender, cluster, telemetry = app.extender, app.cluster, app.telemetry
     if args.herd_guard:  # as with --watch-nodes: every node's allocatable, and a burst in flight
         for name in names:
-            extender.directory.set_allocatable(name, {"cpu": 16.0, "memory": 64.0 * 2**30})
+            cluster.directory.set_allocatable(name, {"cpu": 16.0, "memory": 64.0 * 2**30})
         now = time.time()
         for i in range(args.in_flight):
-            extender.record_placement(f"burst-{i}", names[(i * 7) % args.nodes], now, Usage(1.7, 2**30))
-    per_node = extender.config.per_node_metrics
-    details = extender.config.herd_guard.enabled
+            cluster.herd.place(f"burst-{i}", names[(i * 7) % args.nodes], now, Usage(1.7, 2**30))
+    per_node = cluster.config.per_node_metrics
+    details = cluster.config.herd_guard.enabled
     request = protocol.decode_extender_args(body, node_details=details)
     missing = [n for n in request.args.names if n not in cpu]
     if missing:

@@ -39,9 +39,9 @@ def child(args: argparse.Namespace) -> None:
     cpu = {n: node_load(i)[0] for i, n in enumerate(names, 1)}
     memory = {n: node_load(i)[1] for i, n in enumerate(names, 1)}
     app = stored_app(bench_config("http://127.0.0.1:1", herdGuard={"enabled": args.herd_guard}), cpu, memory)
-    extender = app.extender
+    extender, cluster = app.extender, app.cluster
     for name in names:
-        extender.directory.set_allocatable(name, {"cpu": 16.0, "memory": 64.0 * 2**30})
+        cluster.directory.set_allocatable(name, {"cpu": 16.0, "memory": 64.0 * 2**30})
     rows = []
     for i in range(args.pods):
         publish(app, {n: v + (i % 7) / 1000 for n, v in cpu.items()}, memory)

@@ -29,17 +29,16 @@ from run import bench_config, node_load, node_name
 from harness.inprocess import stored_app
 from loadext.app import tune_interpreter
 from loadext.core.snapshot import SignalValues
+from loadext.config import NodeIdentity
 from loadext.sources.prometheus import parse_vector
 from loadext.sources.kube import ObjectList
 from loadext.sources.objects import Node
-from loadext.sources.refresher import _store_and_decide
-from loadext.sources.watches import ingest_node_list
 
 tuned, rounds, nodes = {tuned}, {rounds}, {nodes}
 names = [node_name(i) for i in range(1, nodes + 1)]
 app = stored_app(bench_config("http://127.0.0.1:1"), *(
     {{n: node_load(i)[k] for i, n in enumerate(names, 1)}} for k in (0, 1)))
-extender = app.extender
+cluster = app.cluster
 replies = [orjson.dumps({{"status": "success", "data": {{"resultType": "vector", "result": [
     {{"metric": {{"__name__": "bench", "instance": "127.0.0.1:9100", "job": "bench", "node": n}},
      "value": [time.time(), str(node_load(i)[k])]}} for i, n in enumerate(names, 1)]}}}}) for k in (0, 1)]
@@ -47,7 +46,7 @@ node_list = orjson.dumps({{"metadata": {{"resourceVersion": "1"}}, "items": [
     {{"metadata": {{"name": n, "resourceVersion": "1", "labels": {{"kubernetes.io/hostname": n, "pool": "general"}}}},
      "status": {{"addresses": [{{"type": "InternalIP", "address": "10.0.0.1"}}, {{"type": "Hostname", "address": n}}],
                 "allocatable": {{"cpu": "16", "memory": "64Gi", "pods": "110"}}}}}} for n in names]}})
-ingest_node_list(extender.directory, msgspec.json.decode(node_list, type=ObjectList[Node]).items)  # --watch-nodes
+cluster.nodes_listed([n.info() for n in msgspec.json.decode(node_list, type=ObjectList[Node]).items])  # --watch-nodes
 if tuned:
     tune_interpreter()
 collections, started = {{1: [], 2: []}}, {{}}
@@ -60,12 +59,12 @@ def timed(phase, info):
             collections[generation].append(time.perf_counter() - started[generation])
 gc.callbacks.append(timed)
 
-def refresh_round():
+def refresh_round(build):
     values = []
     for signal, reply in zip(("cpu", "memory"), replies):
-        parsed = parse_vector(orjson.loads(reply)["data"]["result"], "node", "name")
+        parsed = parse_vector(orjson.loads(reply)["data"]["result"], NodeIdentity("node", "name"))
         values.append(SignalValues(signal, parsed.values, time.time()))
-    return _store_and_decide(extender.cache, values, extender.table_builder())
+    return build(values)
 
 async def main():
     lags = []
@@ -76,8 +75,8 @@ async def main():
             lags.append(time.perf_counter() - t - 0.001)
     task = asyncio.create_task(monitor())
     for _ in range(rounds):
-        snapshot, table = await asyncio.to_thread(refresh_round)
-        extender.publish_refresh(snapshot, table)
+        build = cluster.round_builder()
+        cluster.publish_round(await asyncio.to_thread(refresh_round, build))
         await asyncio.sleep(0.3)
     task.cancel()
     lags.sort()

@@ -61,9 +61,8 @@ def stored_app(
 
 def publish(app: App, cpu: dict[str, float], memory: dict[str, float]) -> None:
     """A refresh round with these values, published as the refresher publishes one."""
-    extender, now = app.extender, time.time()
-    snapshot = extender.cache.store_round([SignalValues("cpu", cpu, now), SignalValues("memory", memory, now)])
-    extender.publish_refresh(snapshot, extender.table_builder()(snapshot))
+    now = time.time()
+    app.cluster.refreshed([SignalValues("cpu", cpu, now), SignalValues("memory", memory, now)])
 
 
 async def client_for(aiohttp_client: Any, app: App, path_prefix: str = "/") -> TestClient[Any, Any]:

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from loadext import __version__
 from loadext.config import Config, parse_config
+from loadext.core.cluster import Cluster
 from loadext.core.explain import explain
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs
@@ -81,35 +82,35 @@ class App:
         config = parse_config(text, source=source)
         self.telemetry = Telemetry()
         self.telemetry.config_reloads.labels("success").inc()
-        self.extender = Extender(config, clock=clock)
-        self.refresher = Refresher(self.extender, self.telemetry)
+        self.cluster = Cluster(config, clock=clock)  # the Ingest port every source feeds
+        self.extender = Extender(self.cluster)
+        self.refresher = Refresher(self.cluster, self.telemetry)
         self.reloader = ConfigReloader(text, self.apply, self.telemetry)
-        self.server = ServerState(self.extender, self.telemetry, self.bind, limits or Limits())
+        self.server = ServerState(self.cluster, self.extender, self.telemetry, self.bind, limits or Limits())
         self.config_watcher = ConfigFileWatcher(config_path, self.reloader, reload_interval) if config_path else None
         self.configmap = configmap
         self.kube_api = kube_api
         # The herd guard needs Node allocatable: with it on at start, watch Nodes as well.
         self.watch_nodes = watch_nodes or config.herd_guard.enabled
         self.requeue_stranded = requeue_stranded
-        extender = self.extender
-        self.telemetry.degraded.set_function(lambda: 1 if extender.table().degraded else 0)
-        self.telemetry.stranded.set_function(lambda: len(extender.stranded))
+        cluster = self.cluster
+        self.telemetry.degraded.set_function(lambda: 1 if cluster.table().degraded else 0)
+        self.telemetry.stranded.set_function(lambda: len(cluster.stranded))
         self._config_applied()
 
     def apply(self, config: Config) -> None:
         """A reloaded config, already validated: in force from the next request, and a refresh
         with its queries at once."""
-        self.extender.apply_config(config)
+        self.cluster.config_applied(config)
         self._config_applied()
         self.refresher.poke()
 
     def _config_applied(self) -> None:
-        self.telemetry.config_applied(
-            self.extender.config, self.extender.node_states, self.extender.clock(), ERROR_KINDS
-        )
+        cluster = self.cluster
+        self.telemetry.config_applied(cluster.config, cluster.node_states, cluster.clock(), ERROR_KINDS)
 
     async def bind(self, args: BindingArgs) -> str:
-        if not self.extender.config.bind_enabled:
+        if not self.cluster.config.bind_enabled:
             return "loadext: bind is disabled (set bind.enabled: true, or remove bindVerb)"
         if self.kube_api is None:
             return "loadext: bind is enabled but no Kubernetes API client is configured (--kubeconfig)"
@@ -117,7 +118,7 @@ class App:
         if error:
             log.warning("bind failed: %s", error)
         else:
-            self.extender.record_binding(args.pod_uid, args.node)
+            self.cluster.bound_by_loadext(args.pod_uid, args.node)
         return error
 
     def web_app(self, path_prefix: str = "/", background: bool = True) -> web.Application:
@@ -137,19 +138,19 @@ class App:
         if self.watch_nodes and api is None:
             log.warning("--watch-nodes needs a Kubernetes API client; node addresses come from requests only")
         elif self.watch_nodes:
-            stops.append(watches.watch_nodes(api, self.extender.directory, self._health("nodes")).stop)
+            stops.append(watches.watch_nodes(api, self.cluster, self._health("nodes")).stop)
         if self.configmap is not None and api is not None:
             health = self._health("configmap")
             stops.append(watches.watch_configmap(api, self.configmap, self.reloader, health).stop)
         if api is not None:
-            pods = watches.supervise_pod_watch(api, self.extender, self._health("pods"), self._unwatched("pods"))
+            pods = watches.supervise_pod_watch(api, self.cluster, self._health("pods"), self._unwatched("pods"))
             tasks.append(asyncio.create_task(pods, name="pod-watch"))
-        elif self.extender.config.herd_guard.enabled:
+        elif self.cluster.config.herd_guard.enabled:
             log.warning("herdGuard needs a Kubernetes API client to watch pods; only loadext's own binds count")
         if self.requeue_stranded and api is None:
             log.warning("--requeue-stranded needs a Kubernetes API client; stranded pods wait for the scheduler")
         elif self.requeue_stranded:
-            retry = requeue.requeue_stranded(self.extender, api, self.telemetry)
+            retry = requeue.requeue_stranded(self.cluster, api, self.telemetry)
             tasks.append(asyncio.create_task(retry, name="requeue-stranded"))
         yield
         for task in tasks:
@@ -217,7 +218,7 @@ def serve(options: ServeOptions) -> int:
         requeue_stranded=options.requeue_stranded,
         limits=options.limits,
     )
-    config = app.extender.config
+    config = app.cluster.config
     if (config.bind_enabled or config.herd_guard.enabled) and app.kube_api is None:
         app.kube_api = kube.api_client(None)  # in-cluster: bind and the pod watch need it
     web_app = app.web_app(options.path_prefix)
@@ -261,14 +262,14 @@ def serve(options: ServeOptions) -> int:
 
 def explain_once(config: Config, kubeconfig: str | None, nodes: list[str]) -> dict[str, Any]:
     """`loadext explain` without a running loadext: one refresh, then the same report."""
-    extender = Extender(config)
+    cluster = Cluster(config)
     api = kube.api_client(kubeconfig) if kubeconfig else None
     if api is not None:
-        watches.ingest_node_list(extender.directory, kube.list_objects(api.list_node, Node).items or [])
-    extender.directory.observe(nodes)
-    refresher = Refresher(extender, Telemetry())
+        cluster.nodes_listed([node.info() for node in kube.list_objects(api.list_node, Node).items or []])
+    cluster.nodes_named(nodes)
+    refresher = Refresher(cluster, Telemetry())
     try:
         asyncio.run(refresher.refresh_once())
     finally:
         refresher.close()
-    return explain(extender)
+    return explain(cluster)

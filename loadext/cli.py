@@ -321,7 +321,7 @@ def _check_config(args: argparse.Namespace) -> int:
     try:
         for signal in config.signals:
             try:
-                result = source.query(signal.name, config.query_for(signal), identity.label, identity.kind)
+                result = source.query(signal.name, config.query_for(signal), identity)
             except QueryError as exc:
                 print(f"  {signal.name}: query failed ({exc.kind}): {exc.detail}")
                 worst = EXIT_PROMETHEUS

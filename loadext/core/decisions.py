@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from loadext.config import Config
-from loadext.core.herd import Usage
+from loadext.core.herd.learned import Estimate
+from loadext.core.herd.usage import Usage
 from loadext.core.policy import Verdict
 from loadext.core.snapshot import Sample, Snapshot
-from loadext.core.usage import Estimate
 
 NodeSamples = Mapping[str, Sample] | None  # signal -> sample of one candidate; None: no data
 
@@ -32,7 +32,7 @@ class Decision:
     verb: str
     time: float
     names: list[str]
-    identities: list[str | None] | None  # None: identities are the names
+    identities: list[str] | None  # None: identities are the names ("": a node without one)
     verdicts: list[Verdict] | Mapping[str, Verdict]  # per name, or the table's identity -> verdict
     snapshot: Snapshot | None  # None once cut down: `samples` holds the candidates' rows
     config: Config
@@ -49,14 +49,14 @@ class Decision:
         lookup = self.verdicts
         if self.identities is None:
             return list(map(lookup.__getitem__, self.names))
-        return [lookup[identity or ""] for identity in self.identities]
+        return list(map(lookup.__getitem__, self.identities))
 
     def node_samples(self) -> list[NodeSamples]:
         """One row of samples per name, as they were when the decision was made."""
         if self.samples is not None:
             return self.samples
         assert self.snapshot is not None  # a decision keeps one or the other
-        return list(map(self.snapshot.by_identity.get, self.identities or self.names))  # type: ignore[arg-type]
+        return list(map(self.snapshot.by_identity.get, self.identities or self.names))
 
     def pins(self) -> tuple[int, int]:
         """What this decision keeps alive beyond its own rows: the snapshot, and the table's

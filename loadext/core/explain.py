@@ -6,17 +6,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadext.core.extender import Extender, MappingReport
-from loadext.core.herd import Usage
+from loadext.core.cluster import Cluster
+from loadext.core.decisions import DecisionLog
+from loadext.core.herd.usage import Usage
+from loadext.core.ingest import MappingReport
+from loadext.core.policy import fullness
 
 
-def explain(extender: Extender) -> dict[str, Any]:
-    """Node by node, the values, their age, the pods in flight and the verdict: the "why not
-    this node" view; and per signal, its health and how its series map to nodes."""
-    table, config = extender.table(), extender.config
-    now = extender.clock()
-    snapshot = extender.cache.snapshot
-    in_flight = extender.inflight.per_node(now)
+def explain(cluster: Cluster) -> dict[str, Any]:
+    """Node by node, the values, their age, how full against its thresholds, the pods in
+    flight and the verdict: the "why not this node" view; and per signal, its health and how
+    its series map to nodes."""
+    table, config = cluster.table(), cluster.config
+    now = cluster.clock()
+    snapshot = cluster.cache.snapshot
+    herd = cluster.herd
+    in_flight = herd.inflight.per_node(now)
+    pools = {pool.name: pool for pool in config.pools}
     rows = [
         {
             "node": state.node,
@@ -25,12 +31,13 @@ def explain(extender: Extender) -> dict[str, Any]:
                 s: {"value": round(v.value, 4), "age": round(now - v.timestamp, 1)} for s, v in state.samples.items()
             },
             "pool": state.pool,
+            "fullness": _rounded(fullness(state.samples, (pools[state.pool] if state.pool else config).signals)),
             "inFlight": _in_flight_row(in_flight.get(state.node)),
             "verdict": "pass" if state.verdict.passed else "reject",
             "score": state.verdict.score,
             "reason": state.verdict.reason,
         }
-        for state in extender.node_states()
+        for state in cluster.node_states()
     ]
     return {
         "time": now,
@@ -43,10 +50,10 @@ def explain(extender: Extender) -> dict[str, Any]:
         "herdGuard": {
             "enabled": config.herd_guard.enabled,
             "window": config.herd_guard.window,
-            "podsInFlight": len(extender.inflight),
+            "podsInFlight": len(herd.inflight),
             "soft": config.herd_guard.soft,
-            "ownersLearned": len(extender.usage),  # owners with measured pods, for learned estimates
-            "podsMeasured": extender.usage.measured_counts(),
+            "ownersLearned": len(herd.learned),  # owners with measured pods, for learned estimates
+            "podsMeasured": herd.learned.measured_counts(),
         },
         "signals": [
             {
@@ -54,10 +61,10 @@ def explain(extender: Extender) -> dict[str, Any]:
                 "threshold": s.threshold,
                 "weight": s.weight,
                 "lastSuccessAge": _age(now, snapshot.last_success.get(s.name)),
-                **extender.signal_health.report(s.name, now),
+                **cluster.signal_health.report(s.name, now),
                 "series": snapshot.series_counts.get(s.name, 0),
-                "unmappedNodes": list(extender.mapping.get(s.name, MappingReport()).unmapped_nodes),
-                "unmatchedSeries": list(extender.mapping.get(s.name, MappingReport()).unmatched_series),
+                "unmappedNodes": list(cluster.mapping.get(s.name, MappingReport()).unmapped_nodes),
+                "unmatchedSeries": list(cluster.mapping.get(s.name, MappingReport()).unmatched_series),
             }
             for s in config.signals
         ],
@@ -65,17 +72,17 @@ def explain(extender: Extender) -> dict[str, Any]:
     }
 
 
-def explain_pod(extender: Extender, pod: str) -> dict[str, Any] | None:
+def explain_pod(decisions: DecisionLog, cluster: Cluster, pod: str) -> dict[str, Any] | None:
     """The last filter and prioritize decisions for NAMESPACE/NAME, node by node: the values
     and their age at decision time, the thresholds that applied (and the pool they came
     from), the verdict, the score and the reason; with the herd guard on, also the pod's own
     estimate and what was in flight on each node. None if loadext has none for the pod."""
-    decisions = extender.decisions.get(pod)
-    if decisions is None:
+    made = decisions.get(pod)
+    if made is None:
         return None
-    labelled = extender.directory.labelled()
+    labelled = cluster.directory.labelled()
     out: dict[str, Any] = {"pod": pod}
-    for verb, decision in decisions.items():
+    for verb, decision in made.items():
         rows: list[dict[str, Any]] = []
         rows_of = zip(decision.names, decision.node_verdicts(), decision.node_samples(), strict=True)
         for name, verdict, samples in rows_of:
@@ -118,6 +125,10 @@ def _in_flight_row(entry: tuple[Usage, int] | None) -> dict[str, float] | None:
         return None
     usage, pods = entry
     return {"pods": pods, "cpuCores": round(usage.cpu, 3), "memoryBytes": round(usage.memory)}
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def _age(now: float, then: float | None) -> float | None:

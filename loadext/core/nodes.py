@@ -30,13 +30,6 @@ def normalise_address(value: str) -> str | None:
         return None
 
 
-def identity_key(label_value: str, kind: str) -> str | None:
-    """The key a series is stored under: the node name, or the canonical IP for addresses."""
-    if kind == "address":
-        return normalise_address(label_value)
-    return label_value or None
-
-
 class NodeDirectory:
     """Node names and their IPs, as learnt from the API or from scheduler requests.
 
@@ -65,6 +58,7 @@ class NodeDirectory:
         self._allocatable: dict[str, Mapping[str, float]] = {}  # name -> {"cpu": cores, "memory": bytes}
         self.labels_version = 0  # bumps when any node's labels change: pool assignment is stale
         self.allocatable_version = 0  # bumps when any node's allocatable changes: herd verdicts are stale
+        self.addresses_version = 0  # bumps when any node's IPs change: address identities are stale
 
     def _fold(self) -> None:
         while self._pending:
@@ -90,12 +84,14 @@ class NodeDirectory:
             if self._seen_raw.get(name) != raw:
                 self._seen_raw[name] = raw
                 self._seen_ips[name] = _normalised(raw)
-                self._by_ip = None
+                self._addresses_changed()
 
     def upsert(self, name: str, addresses: Iterable[str], labels: Mapping[str, str] | None = None) -> None:
         """A Node added or changed, from the API watch."""
-        self._watched[name] = _normalised(addresses)
-        self._by_ip = None
+        ips = _normalised(addresses)
+        if self._watched.get(name) != ips:
+            self._watched[name] = ips
+            self._addresses_changed()
         if labels is not None:
             self.set_labels(name, labels)
 
@@ -117,7 +113,8 @@ class NodeDirectory:
         return self._labels
 
     def delete(self, name: str) -> None:
-        self._watched.pop(name, None)
+        if self._watched.pop(name, None) is not None:
+            self._addresses_changed()
         if self._allocatable.pop(name, None) is not None:
             self.allocatable_version += 1
         if self._labels.pop(name, None) is not None:
@@ -128,16 +125,20 @@ class NodeDirectory:
         self._seen.pop(name, None)
         self._seen_raw.pop(name, None)
         if self._seen_ips.pop(name, None):
-            self._by_ip = None
+            self._addresses_changed()
 
     def replace_all(
         self, nodes: Mapping[str, Iterable[str]], labels: Mapping[str, Mapping[str, str]] | None = None
     ) -> None:
         """A fresh list from the API (after a watch restart) replaces what the watch knew."""
         self._watched = {name: _normalised(addresses) for name, addresses in nodes.items()}
-        self._by_ip = None
+        self._addresses_changed()
         for name, node_labels in (labels or {}).items():
             self.set_labels(name, node_labels)
+
+    def _addresses_changed(self) -> None:
+        self._by_ip = None
+        self.addresses_version += 1
 
     def names(self) -> set[str]:
         self._fold()
@@ -156,12 +157,10 @@ class NodeDirectory:
             }
         return self._by_ip.get(ip)
 
-    def node_for_identity(self, identity: str, kind: str) -> str | None:
-        """The node a stored series belongs to, if loadext knows that node."""
-        if kind == "address":
-            return self.name_for_ip(identity)
+    def known(self, name: str) -> bool:
+        """Whether loadext knows a node of this name (watched, or named in a request)."""
         self._fold()
-        return identity if identity in self._watched or identity in self._seen else None
+        return name in self._watched or name in self._seen
 
 
 def _normalised(addresses: Iterable[str]) -> tuple[str, ...]:

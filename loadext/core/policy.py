@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from loadext.config import Config, Pool
+from loadext.config import Config, Pool, Signal
 from loadext.core.snapshot import Sample, Snapshot
 from loadext.core.strategies import NEUTRAL, combine, strategy_for
 
@@ -127,20 +127,37 @@ def judge(samples: Mapping[str, Sample], config: Config, now: float, pool: Pool 
     return Verdict(True, clamp_score(combine(parts)), "")
 
 
+def fullness(
+    samples: Mapping[str, Sample], signals: Iterable[Signal], extra: Mapping[str, float] | None = None
+) -> float | None:
+    """How far a node is towards its thresholds: its worst (value + extra) / threshold over the
+    `signals` that have a threshold and a sample, None where none has both. Over 1 is over a
+    threshold, and it is not capped, so nodes past their thresholds still rank. The one measure
+    of "how full" behind soft mode (heat, herd.correction.corrected_heat) and explain."""
+    worst: float | None = None
+    for signal in signals:
+        sample = samples.get(signal.name)
+        if not signal.threshold or sample is None:
+            continue
+        value = (sample.value + (extra.get(signal.name, 0.0) if extra else 0.0)) / signal.threshold
+        worst = value if worst is None or value > worst else worst
+    return worst
+
+
 def heat(samples: Mapping[str, Sample], config: Config, pool: Pool | None, verdict: Verdict) -> float | None:
-    """How far over its thresholds a refused node is (its worst value / threshold), or None when
-    it is refused for a reason soft mode never overrides: a `hard: true` signal, missing data,
-    degraded mode or the burst cap."""
+    """How far over its thresholds a refused node is (its fullness over the signals refusing
+    it), or None when it is refused for a reason soft mode never overrides: a `hard: true`
+    signal, missing data, degraded mode or the burst cap."""
     if verdict.passed or not verdict.rejected_by:
         return None
     signals = {s.name: s for s in (pool.signals if pool is not None else config.signals)}
-    worst = 0.0
+    refusing = []
     for name, cause in verdict.rejected_by:
-        signal, sample = signals.get(name), samples.get(name)
-        if cause != "threshold" or signal is None or signal.hard or not signal.threshold or sample is None:
+        signal = signals.get(name)
+        if cause != "threshold" or signal is None or signal.hard or not signal.threshold or name not in samples:
             return None
-        worst = max(worst, sample.value / signal.threshold)
-    return worst
+        refusing.append(signal)
+    return fullness(samples, refusing)
 
 
 def soft_choice(

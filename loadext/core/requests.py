@@ -1,7 +1,9 @@
-"""What the scheduler asks, decoded: the typed arguments of the extender verbs.
+"""What the scheduler asks and the API server reports, decoded: the typed arguments of the
+extender verbs, and the pods and nodes the watches see.
 
-http/protocol.py turns the wire bytes into these and nothing else in loadext reads JSON, so
-the core decides on plain values and never sees a wire format.
+http/protocol.py and sources/ turn wire bytes into these and nothing else in loadext reads
+JSON, so the core decides on plain values and never sees a wire format. A Pod is mapped once,
+to a PodRef (sources/objects.py Pod.ref), whether the scheduler or the pod watch sent it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,20 @@ class PodRef:
 
 
 @dataclass(frozen=True, slots=True)
+class BoundPod:
+    """A pod the API server reports bound to a node: what the herd guard counts in flight."""
+
+    pod: PodRef
+    node: str
+    placed_at: float  # PodScheduled's transition time: a restart of loadext does not re-date it
+    finished: bool = False  # Succeeded, Failed or being deleted: it no longer counts
+
+    @property
+    def uid(self) -> str:
+        return self.pod.uid
+
+
+@dataclass(frozen=True, slots=True)
 class ExtenderArgs:
     """Filter and prioritize requests: `names` are the candidate nodes in request order. In
     non-cache mode (`nodeCacheCapable: false`) the Node objects also give `addresses` (their
@@ -42,6 +58,16 @@ class ExtenderArgs:
     addresses: dict[str, tuple[str, ...]] = field(default_factory=dict)
     labels: dict[str, dict[str, str]] = field(default_factory=dict)
     allocatable: dict[str, Quantities] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A Node as the Node watch reports it: its IPs (InternalIP first), labels and allocatable."""
+
+    name: str
+    addresses: tuple[str, ...]
+    labels: dict[str, str]
+    allocatable: Quantities
 
 
 @dataclass(frozen=True, slots=True)

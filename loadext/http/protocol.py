@@ -20,7 +20,7 @@ import orjson
 from loadext.core.extender import FilterResult, PreemptResult, PrioritizeResult
 from loadext.core.policy import MAX_EXTENDER_PRIORITY
 from loadext.core.requests import BindingArgs, ExtenderArgs, PodRef, PreemptionArgs, Victims
-from loadext.sources.objects import Node, NonEmpty, Pod, PodMeta, PodSpec, requirements
+from loadext.sources.objects import Node, NonEmpty, Pod
 
 
 class ProtocolError(ValueError):
@@ -126,20 +126,7 @@ class _PodMemo:
 
 def _pod_ref(raw: msgspec.Raw) -> PodRef | None:
     pod = _decode(_POD, raw, "Pod")
-    if pod is None:
-        return None
-    meta = pod.metadata or PodMeta()
-    spec = pod.spec or PodSpec()
-    return PodRef(
-        namespace=meta.namespace,
-        name=meta.name,
-        uid=meta.uid,
-        owner_kinds=tuple(ref.kind for ref in meta.ownerReferences or ()),
-        owner=meta.owner(),
-        containers=requirements(spec.containers),
-        init_containers=requirements(spec.initContainers),
-        overhead=spec.overhead or {},
-    )
+    return None if pod is None else pod.ref()
 
 
 _PODS = _PodMemo()

@@ -24,6 +24,7 @@ from aiohttp.typedefs import Handler
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from loadext import logs
+from loadext.core.cluster import Cluster
 from loadext.core.explain import explain, explain_pod
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs, PodRef
@@ -64,7 +65,8 @@ class Answer:
 class ServerState:
     """What the HTTP layer serves from; app.py builds it and runs the background jobs."""
 
-    extender: Extender
+    cluster: Cluster  # what readiness and explain read
+    extender: Extender  # the verbs
     telemetry: Telemetry
     bind: Binder
     limits: Limits = field(default_factory=Limits)
@@ -249,7 +251,7 @@ STATE = web.AppKey("state", ServerState)
 
 def _ops_routes(app: web.Application, state: ServerState) -> None:
     """Health and metrics: on the main port, and alone on the plain --metrics-listen port."""
-    extender = state.extender
+    cluster = state.cluster
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -257,7 +259,7 @@ def _ops_routes(app: web.Application, state: ServerState) -> None:
     async def readyz(_: web.Request) -> web.Response:
         if state.draining:
             return web.Response(status=503, text="shutting down\n")
-        if extender.ready:
+        if cluster.ready:
             return web.Response(text="ready\n")
         return web.Response(status=503, text="waiting for the first refresh\n")
 
@@ -284,15 +286,13 @@ def create_ops_app(state: ServerState) -> web.Application:
 
 
 def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
-    extender, telemetry = state.extender, state.telemetry
+    cluster, extender, telemetry = state.cluster, state.extender, state.telemetry
     app = web.Application(client_max_size=state.limits.max_body_size, middlewares=[_edges])
     app[STATE] = state
     prefix = normalise_prefix(path_prefix)
 
     def extender_request(body: bytes) -> ExtenderRequest:
-        config = extender.config
-        details = config.node_identity.kind == "address" or bool(config.pools) or config.herd_guard.enabled
-        return decode_extender_args(body, node_details=details)
+        return decode_extender_args(body, node_details=cluster.needs_node_details)
 
     async def do_filter(body: bytes) -> Answer:
         request = extender_request(body)
@@ -303,7 +303,7 @@ def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
     async def do_prioritize(body: bytes) -> Answer:
         args = extender_request(body).args
         result = extender.prioritize(args)
-        telemetry.count_prioritize(result, extender.config.per_node_metrics)
+        telemetry.count_prioritize(result, cluster.config.per_node_metrics)
         return Answer(encode_host_priority_list(result), _with_pod(result.summary, args.pod))
 
     async def do_preempt(body: bytes) -> Answer:
@@ -329,12 +329,12 @@ def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
     async def explain_view(request: web.Request) -> web.Response:
         pod = request.query.get("pod")
         if pod is not None:
-            decision = explain_pod(extender, pod)
+            decision = explain_pod(extender.decisions, cluster, pod)
             if decision is None:
                 message = f"no recent decision for pod {pod!r} (NAMESPACE/NAME; the last 256 pods are kept)"
                 return web.Response(status=404, body=orjson.dumps({"error": message}), content_type=JSON)
             return web.Response(body=orjson.dumps(decision, option=orjson.OPT_INDENT_2), content_type=JSON)
-        report = explain(extender)
+        report = explain(cluster)
         node = request.query.get("node")
         if node:
             report["nodes"] = [row for row in report["nodes"] if row["node"] == node]

@@ -19,9 +19,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from loadext.core.herd import BoundPod
-from loadext.core.requests import BindingArgs
-from loadext.sources.objects import ConfigMap, ListMeta, Node, Pod, PodStatus, Status, WatchEvent, requirements
+from loadext.core.requests import BindingArgs, BoundPod
+from loadext.sources.objects import ConfigMap, ListMeta, Node, Pod, PodStatus, Status, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -95,18 +94,8 @@ def bound_pod(pod: Pod) -> BoundPod | None:
     for condition in status.conditions or ():
         if condition.type == "PodScheduled" and condition.status == "True" and condition.lastTransitionTime:
             placed = condition.lastTransitionTime
-    return BoundPod(
-        uid=meta.uid,
-        namespace=meta.namespace,
-        name=meta.name,
-        owner=meta.owner(),
-        node=spec.nodeName,
-        placed_at=_timestamp(placed),
-        containers=requirements(spec.containers),
-        init_containers=requirements(spec.initContainers),
-        overhead=spec.overhead or {},
-        finished=status.phase in ("Succeeded", "Failed") or meta.deletionTimestamp is not None,
-    )
+    finished = status.phase in ("Succeeded", "Failed") or meta.deletionTimestamp is not None
+    return BoundPod(pod.ref(), spec.nodeName, _timestamp(placed), finished)
 
 
 class ListWatch(Generic[Object]):

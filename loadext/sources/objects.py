@@ -14,8 +14,8 @@ from typing import Annotated
 
 import msgspec
 
-from loadext.core.requests import Quantities
-from loadext.core.usage import owner_of
+from loadext.core.herd.learned import owner_of
+from loadext.core.requests import NodeInfo, PodRef, Quantities
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 Requirements = tuple[tuple[Quantities, Quantities], ...]  # (requests, limits) per container
@@ -97,6 +97,22 @@ class Pod(Decoded):
     spec: PodSpec | None = None
     status: PodStatus | None = None
 
+    def ref(self) -> PodRef:
+        """The one mapping of a Pod to what loadext decides on, for the scheduler's requests
+        and the pod watch alike."""
+        meta = self.metadata or PodMeta()
+        spec = self.spec or PodSpec()
+        return PodRef(
+            namespace=meta.namespace,
+            name=meta.name,
+            uid=meta.uid,
+            owner_kinds=tuple(ref.kind for ref in meta.ownerReferences or ()),
+            owner=meta.owner(),
+            containers=requirements(spec.containers),
+            init_containers=requirements(spec.initContainers),
+            overhead=spec.overhead or {},
+        )
+
 
 class NodeAddress(Decoded):
     type: str = ""
@@ -127,6 +143,9 @@ class Node(Decoded):
 
     def allocatable(self) -> Quantities:
         return (self.status.allocatable if self.status is not None else None) or {}
+
+    def info(self) -> NodeInfo:
+        return NodeInfo(self.metadata.name, self.ips(), self.metadata.labels or {}, self.allocatable())
 
 
 class ConfigMapMeta(Decoded):

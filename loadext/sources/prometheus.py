@@ -19,8 +19,8 @@ from typing import Any, Literal, get_args
 import orjson
 import requests
 
-from loadext.config import PrometheusConfig
-from loadext.core.nodes import identity_key
+from loadext.config import NodeIdentity, PrometheusConfig
+from loadext.core.identity import identities_for
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +97,10 @@ class PrometheusSource:
             session.close()
         self._sessions.clear()
 
-    def query(self, signal: str, promql: str, identity_label: str, identity_kind: str) -> QueryResult:
+    def query(self, signal: str, promql: str, identity: NodeIdentity) -> QueryResult:
         """Blocking: run in a worker thread, never on the event loop."""
         data, warnings = self._get(signal, "/api/v1/query", {"query": promql}, "vector")
-        parsed = parse_vector(data, identity_label, identity_kind)
+        parsed = parse_vector(data, identity)
         parsed.warnings = warnings
         return parsed
 
@@ -156,7 +156,7 @@ def _status_error(code: int, body: Any, raw: bytes) -> QueryError:
     return QueryError(kind, f"HTTP {code}: {reason}")
 
 
-def parse_vector(result: Any, identity_label: str, identity_kind: str) -> QueryResult:
+def parse_vector(result: Any, identity: NodeIdentity) -> QueryResult:
     """Turn a vector result into identity -> ratio; NaN/Inf dropped, ratios clamped to 0..1.
 
     Two series for one node (say, two scrape jobs) keep the higher value: the safe side.
@@ -164,6 +164,7 @@ def parse_vector(result: Any, identity_label: str, identity_kind: str) -> QueryR
     """
     if not isinstance(result, list):
         raise QueryError("result_type", f"expected an instant vector, got {type(result).__name__}")
+    label, key_of = identity.label, identities_for(identity).key
     by_stat: dict[str, dict[str, float]] = {"current": {}, "mean": {}, "stddev": {}}
     invalid = unlabelled = 0
     newest = 0.0
@@ -178,7 +179,7 @@ def parse_vector(result: Any, identity_label: str, identity_kind: str) -> QueryR
             invalid += 1
             continue
         highest = value if highest is None else max(highest, value)
-        key = identity_key(str(metric.get(identity_label, "")), identity_kind)
+        key = key_of(str(metric.get(label, "")))
         if key is None:
             unlabelled += 1
             continue
@@ -190,7 +191,7 @@ def parse_vector(result: Any, identity_label: str, identity_kind: str) -> QueryR
     return QueryResult(current, newest, mean, stddev, invalid, unlabelled, highest=highest)
 
 
-def parse_matrix(result: Any, identity_label: str, identity_kind: str) -> dict[float, QueryResult]:
+def parse_matrix(result: Any, identity: NodeIdentity) -> dict[float, QueryResult]:
     """A range query's matrix as one QueryResult per step, by the same rules as the live path
     (parse_vector): NaN/Inf dropped, clamped to 0..1, the higher of two series for one node."""
     if not isinstance(result, list):
@@ -203,7 +204,7 @@ def parse_matrix(result: Any, identity_label: str, identity_kind: str) -> dict[f
                 vectors.setdefault(float(stamp), []).append({"metric": metric, "value": (stamp, raw)})
         except (KeyError, TypeError, ValueError) as exc:
             raise QueryError("result_type", f"not a range-matrix series: {series!r:.200}") from exc
-    return {stamp: parse_vector(vector, identity_label, identity_kind) for stamp, vector in vectors.items()}
+    return {stamp: parse_vector(vector, identity) for stamp, vector in vectors.items()}
 
 
 def parse_pod_vector(result: Any) -> dict[tuple[str, str], float]:

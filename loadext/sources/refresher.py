@@ -1,9 +1,9 @@
 """The background loop that keeps the snapshot fresh: one query per signal per interval.
 
 Queries run in worker threads (the client is blocking) and concurrently across signals, so a
-slow signal delays neither the others nor, ever, a scheduling request. Each round ends in one
-call, `Extender.publish_refresh`: the new snapshot and its decision table become visible
-together.
+slow signal delays neither the others nor, ever, a scheduling request. Everything it learns
+goes through the Ingest port (core/ingest.py); each round ends in one `publish_round`: the
+new snapshot and its decision table become visible together.
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 
 from loadext.config import PrometheusConfig
-from loadext.core.extender import Extender
-from loadext.core.policy import DecisionTable
-from loadext.core.snapshot import SignalValues, Snapshot, SnapshotCache
-from loadext.core.usage import PodKey
+from loadext.core.herd.learned import PodKey
+from loadext.core.ingest import Ingest
+from loadext.core.snapshot import SignalValues
 from loadext.sources.prometheus import PrometheusSource, QueryError, QueryResult
 from loadext.telemetry import Telemetry
 
@@ -26,8 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class Refresher:
-    def __init__(self, extender: Extender, telemetry: Telemetry) -> None:
-        self.extender = extender
+    def __init__(self, ingest: Ingest, telemetry: Telemetry) -> None:
+        self.ingest = ingest
         self.telemetry = telemetry
         self._source: PrometheusSource | None = None
         self._source_config: PrometheusConfig | None = None
@@ -35,7 +33,7 @@ class Refresher:
         self._pod_usage_problems: dict[str, str] = {}  # resource -> what is wrong ("" = fine)
 
     def _current_source(self) -> PrometheusSource:
-        wanted = self.extender.config.prometheus
+        wanted = self.ingest.config.prometheus
         if self._source is None or self._source_config != wanted:
             if self._source is not None:
                 self._source.close()
@@ -47,7 +45,7 @@ class Refresher:
         self._wake.set()
 
     async def refresh_once(self) -> None:
-        config = self.extender.config
+        config = self.ingest.config
         source = self._current_source()
         signals = asyncio.gather(*(self._query(source, s.name, config.query_for(s)) for s in config.signals))
         results, _ = await asyncio.gather(signals, self._refresh_pod_usage(source))
@@ -58,10 +56,9 @@ class Refresher:
         ]
         # Storing thousands of values and judging every node takes tens of milliseconds at 5000
         # nodes: do it in a worker thread, so the event loop keeps answering the scheduler.
-        decide = self.extender.table_builder()
-        snapshot, table = await asyncio.to_thread(_store_and_decide, self.extender.cache, stored, decide)
-        mapping = self.extender.publish_refresh(snapshot, table)
-        telemetry = self.telemetry
+        built = await asyncio.to_thread(self.ingest.round_builder(), stored)
+        mapping = self.ingest.publish_round(built)
+        snapshot, telemetry = built.snapshot, self.telemetry
         for name, report in mapping.items():
             telemetry.unmapped_nodes.labels(name).set(len(report.unmapped_nodes))
             telemetry.unmatched_series.labels(name).set(len(report.unmatched_series))
@@ -72,13 +69,13 @@ class Refresher:
 
     async def _refresh_pod_usage(self, source: PrometheusSource) -> None:
         """With the herd guard on: each pod's own usage, for learned estimates (core/usage.py)."""
-        guard = self.extender.config.herd_guard
+        guard = self.ingest.config.herd_guard
         queries = guard.pod_usage_queries() if guard.enabled else {}
         if not queries:
             return
         found = await asyncio.gather(*(self._query_pods(source, r, q) for r, q in queries.items()))
         measured = {resource: pods for resource, pods in zip(queries, found, strict=True) if pods is not None}
-        for error in self.extender.publish_pod_usage(measured):
+        for error in self.ingest.pod_usage_measured(measured):
             self.telemetry.estimate_error.labels(error.resource, error.source).observe(error.ratio)
 
     async def _query_pods(self, source: PrometheusSource, resource: str, promql: str) -> dict[PodKey, float] | None:
@@ -112,26 +109,25 @@ class Refresher:
             log.info("herdGuard.podUsage.%s: pods are measured; their estimates learn from it", resource)
 
     async def _query(self, source: PrometheusSource, signal: str, promql: str) -> QueryResult | None:
-        identity = self.extender.config.node_identity
+        identity = self.ingest.config.node_identity
         telemetry = self.telemetry
-        health = self.extender.signal_health
         started = time.perf_counter()
         try:
-            result = await asyncio.to_thread(source.query, signal, promql, identity.label, identity.kind)
+            result = await asyncio.to_thread(source.query, signal, promql, identity)
         except QueryError as exc:
             telemetry.query_errors.labels(signal, exc.kind).inc()
-            telemetry.last_query_error.labels(signal).set(self.extender.clock())
-            health.failed(signal, exc.kind, exc.detail)
+            telemetry.last_query_error.labels(signal).set(self.ingest.clock())
+            self.ingest.signal_failed(signal, exc.kind, exc.detail)
             return None
         finally:
             telemetry.query_duration.labels(signal).observe(time.perf_counter() - started)
-        health.succeeded(signal)
+        self.ingest.signal_succeeded(signal)
         if result.invalid:
             telemetry.invalid_values.labels(signal).inc(result.invalid)
         for warning in result.warnings:
             log.warning("prometheus warning for signal %s: %s", signal, warning)
         if not result.timestamp:
-            result.timestamp = self.extender.clock()
+            result.timestamp = self.ingest.clock()
         return result
 
     async def run(self) -> None:
@@ -143,7 +139,7 @@ class Refresher:
             except Exception:  # never let one bad round stop the loop
                 log.exception("refresh round failed")
             self._wake.clear()
-            delay = self.extender.config.refresh_interval - (time.monotonic() - started)
+            delay = self.ingest.config.refresh_interval - (time.monotonic() - started)
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=delay)
@@ -151,10 +147,3 @@ class Refresher:
     def close(self) -> None:
         if self._source is not None:
             self._source.close()
-
-
-def _store_and_decide(
-    cache: SnapshotCache, stored: list[SignalValues], decide: Callable[[Snapshot], DecisionTable]
-) -> tuple[Snapshot, DecisionTable]:
-    snapshot = cache.store_round(stored)
-    return snapshot, decide(snapshot)

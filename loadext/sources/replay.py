@@ -36,11 +36,10 @@ def fetch(config: Config, start: float, end: float, step: float) -> Series:
     """One range query per signal; blocking. Samples are read by the live path's rules."""
     source = PrometheusSource(config.prometheus)
     history: Series = {}
-    identity = config.node_identity
     try:
         for signal in config.signals:
             matrix = source.query_range(config.query_for(signal), start, end, step)
-            for stamp, result in parse_matrix(matrix, identity.label, identity.kind).items():
+            for stamp, result in parse_matrix(matrix, config.node_identity).items():
                 for key, value in result.values.items():
                     sample = Sample(value, stamp, result.means.get(key), result.stddevs.get(key))
                     history.setdefault(stamp, {}).setdefault(key, {})[signal.name] = sample

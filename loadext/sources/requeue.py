@@ -1,6 +1,6 @@
 """Make kube-scheduler retry the pods loadext left without a node, as soon as one would fit.
 
-core/requeue.py says why: a parked pod that loadext refused is requeued by any cluster event,
+core/herd/stranded.py says why: a parked pod that loadext refused is requeued by any cluster event,
 and nothing loadext decides on (load, the herd window, its config) is one. This loop makes one:
 it annotates the node that reopened with the time (`loadext.io/reopened`), an update the
 scheduler sees as a Node annotation change. It needs `patch` on nodes (docs/security.md), so
@@ -14,7 +14,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from loadext.core.extender import Extender
+from loadext.core.ingest import Ingest
 from loadext.sources import kube
 from loadext.telemetry import Telemetry
 
@@ -25,17 +25,17 @@ CHECK_EVERY = 1.0  # seconds between looks at the stranded pods; a look is looku
 _HINT = "loadext's ClusterRole needs patch on nodes (see docs/security.md), or run without --requeue-stranded"
 
 
-async def requeue_stranded(extender: Extender, api: Any, telemetry: Telemetry) -> None:
+async def requeue_stranded(ingest: Ingest, api: Any, telemetry: Telemetry) -> None:
     """Until cancelled: when a node reopens for a stranded pod, annotate it (one API write
     serves every stranded pod: the scheduler requeues them all on the event)."""
     failing = ""
     while True:
         await asyncio.sleep(CHECK_EVERY)
-        node = extender.reopened()
+        node = ingest.reopened_node()
         if node is None:
             continue
-        now = extender.clock()
-        waiting = extender.stranded.nudged(now)
+        now = ingest.clock()
+        waiting = ingest.stranded_nudged()
         stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
         error = await asyncio.to_thread(kube.annotate_node, api, node, ANNOTATION, stamp)
         telemetry.requeue_nudges.labels("error" if error else "ok").inc()

@@ -1,10 +1,11 @@
-"""Kubernetes list/watches that feed the extender: Nodes (the directory: addresses, labels,
-allocatable), bound Pods (the herd guard's in-flight set) and the config ConfigMap (reloads).
+"""Kubernetes list/watches that feed loadext: Nodes (addresses, labels, allocatable), bound
+Pods (the herd guard's pods in flight), both as Ingest events (core/ingest.py), and the config
+ConfigMap (reloads).
 
 Each ListWatch runs in its own thread (the kubernetes client blocks) and decodes the objects
-with msgspec (sources/objects.py); every change is handed to the event loop with
-call_soon_threadsafe, because the directory, the in-flight set and the reloader are owned by
-the loop thread and not thread-safe.
+with msgspec (sources/objects.py); every event is handed to the event loop with
+call_soon_threadsafe, because the state it changes and the reloader are owned by the loop
+thread and not thread-safe.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loadext.core.extender import Extender
-from loadext.core.herd import allocatable
-from loadext.core.nodes import NodeDirectory
+from loadext.core.ingest import Ingest
 from loadext.sources import kube
 from loadext.sources.objects import ConfigMap, Node, Pod
 from loadext.sources.reload import ConfigReloader
@@ -34,50 +33,35 @@ class ConfigMapRef:
     key: str = "config.yaml"
 
 
-def ingest_node_list(directory: NodeDirectory, nodes: list[Node]) -> None:
-    """A full Node list replaces what the directory knew from the API."""
-    directory.replace_all(
-        {node.metadata.name: node.ips() for node in nodes},
-        {node.metadata.name: node.metadata.labels or {} for node in nodes},
-    )
-    for node in nodes:
-        directory.set_allocatable(node.metadata.name, allocatable(node.allocatable()))
-
-
-def ingest_node(directory: NodeDirectory, node: Node) -> None:
-    directory.upsert(node.metadata.name, node.ips(), node.metadata.labels or {})
-    directory.set_allocatable(node.metadata.name, allocatable(node.allocatable()))
-
-
-def watch_nodes(api: Any, directory: NodeDirectory, health: Health) -> kube.ListWatch[Node]:
+def watch_nodes(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Node]:
     loop = asyncio.get_running_loop()
 
     def on_list(nodes: list[Node]) -> None:
-        loop.call_soon_threadsafe(ingest_node_list, directory, nodes)
+        loop.call_soon_threadsafe(ingest.nodes_listed, [node.info() for node in nodes])
 
     def on_event(kind: str, node: Node) -> None:
         if kind == "DELETED":
-            loop.call_soon_threadsafe(directory.delete, node.metadata.name)
+            loop.call_soon_threadsafe(ingest.node_gone, node.metadata.name)
         else:
-            loop.call_soon_threadsafe(ingest_node, directory, node)
+            loop.call_soon_threadsafe(ingest.node_seen, node.info())
 
     return kube.ListWatch(api.list_node, Node, on_list, on_event, health).start()
 
 
-async def supervise_pod_watch(api: Any, extender: Extender, health: Health, unwatched: Callable[[], None]) -> None:
+async def supervise_pod_watch(api: Any, ingest: Ingest, health: Health, unwatched: Callable[[], None]) -> None:
     """Watch bound pods while the herd guard is enabled, so a ConfigMap edit can turn it on or
     off without a restart; stop watching (and forget) when it is off, and say so with
     `unwatched` (the health series goes: a stopped watch is neither current nor failing)."""
     watch: kube.ListWatch[Pod] | None = None
     try:
         while True:
-            enabled = extender.config.herd_guard.enabled
+            enabled = ingest.config.herd_guard.enabled
             if enabled and watch is None:
-                watch = _watch_pods(api, extender, health)
+                watch = _watch_pods(api, ingest, health)
             elif not enabled and watch is not None:
                 watch.stop.set()
                 watch = None
-                extender.inflight.replace_all({}, extender.clock())
+                ingest.pods_unwatched()
                 unwatched()
             await asyncio.sleep(1.0)
     finally:
@@ -85,22 +69,22 @@ async def supervise_pod_watch(api: Any, extender: Extender, health: Health, unwa
             watch.stop.set()
 
 
-def _watch_pods(api: Any, extender: Extender, health: Health) -> kube.ListWatch[Pod]:
+def _watch_pods(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Pod]:
     """Bound pods feed the herd guard's in-flight accounting."""
     loop = asyncio.get_running_loop()
 
     def on_list(pods: list[Pod]) -> None:
         bound = [b for b in (kube.bound_pod(p) for p in pods) if b is not None]
-        loop.call_soon_threadsafe(extender.replace_bound_pods, bound)
+        loop.call_soon_threadsafe(ingest.pods_listed, bound)
 
     def on_event(kind: str, pod: Pod) -> None:
         bound = kube.bound_pod(pod)
         if bound is None:
             return
         if kind == "DELETED":
-            loop.call_soon_threadsafe(extender.inflight.remove, bound.uid)
+            loop.call_soon_threadsafe(ingest.pod_gone, bound.uid)
         else:
-            loop.call_soon_threadsafe(extender.record_bound_pod, bound)
+            loop.call_soon_threadsafe(ingest.pod_bound, bound)
 
     return kube.ListWatch(
         api.list_pod_for_all_namespaces, Pod, on_list, on_event, health, field_selector="spec.nodeName!="

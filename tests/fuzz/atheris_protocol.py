@@ -19,6 +19,7 @@ import atheris
 
 with atheris.instrument_imports():
     from loadext.config import parse_config
+    from loadext.core.cluster import Cluster
     from loadext.core.extender import Extender
     from loadext.core.snapshot import SignalValues
     from loadext.http.protocol import (
@@ -37,15 +38,15 @@ signals:
   - {name: cpu, query: up, threshold: 0.8}
   - {name: memory, query: up, threshold: 0.9}
 """
-extender = Extender(parse_config(CONFIG))
+cluster = Cluster(parse_config(CONFIG))
+extender = Extender(cluster)
 now = time.time()
-snapshot = extender.cache.store_round(
+cluster.refreshed(
     [
         SignalValues("cpu", {"machine1": 0.95, "machine2": 0.2, "10.0.0.3": 0.5}, now),
         SignalValues("memory", {"machine1": 0.3, "machine2": 0.95}, now),
     ]
 )
-extender.publish_refresh(snapshot, extender.table_builder()(snapshot))
 
 
 def filtered(body: bytes, node_details: bool) -> bytes:

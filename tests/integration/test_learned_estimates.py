@@ -17,7 +17,7 @@ from harness.metrics_text import metric_value
 from harness.prometheus import PrometheusServer
 from harness.waiting import eventually
 from harness.wire import fixture_bytes
-from loadext.core.herd import BoundPod
+from loadext.core.requests import BoundPod, PodRef
 
 LIMIT_2_CORES = (({"cpu": "500m", "memory": "512Mi"}, {"cpu": "2", "memory": "2Gi"}),)  # as the fixture's pod
 
@@ -33,12 +33,15 @@ def incoming_pod(namespace: str) -> dict[str, Any]:
 def place_siblings(loadext: Loadext, namespace: str) -> None:
     """Two pods of the same StatefulSet bound to ceph1 just now, as the pod watch reports them."""
     for i in (1, 2):
-        loadext.app.extender.record_bound_pod(
-            BoundPod(
-                f"{namespace}-{i}", "ceph1", time.time(), LIMIT_2_CORES, (), {}, False,
-                namespace, f"ingest-{i}", f"{namespace}/StatefulSet/ingest",
-            )
-        )  # fmt: skip
+        pod = PodRef(
+            namespace,
+            f"ingest-{i}",
+            f"{namespace}-{i}",
+            ("StatefulSet",),
+            LIMIT_2_CORES,
+            owner=f"{namespace}/StatefulSet/ingest",
+        )
+        loadext.app.cluster.pod_bound(BoundPod(pod, "ceph1", time.time()))  # fmt: skip
 
 
 async def test_measured_siblings_open_a_node_their_limits_closed(

@@ -34,7 +34,7 @@ async def test_valid_change_applies_without_restart(
     loadext = await start_loadext(config)
     await sees(loadext, {"warm": {"cpu": 0.85, "memory": 0.3}})
     assert await rejected(loadext, ["warm", "cool"]) == {"warm": "loadext: cpu above 80%"}
-    old_hash = loadext.app.extender.config.hash
+    old_hash = loadext.app.cluster.config.hash
     # The App counts its start-up load as a success too, as `loadext serve` does.
     successes_before = metric_value(await loadext.metrics(), "loadext_config_reloads_total", result="success")
 
@@ -48,8 +48,8 @@ async def test_valid_change_applies_without_restart(
     await eventually(applied)
     metrics = await loadext.metrics()
     assert metric_value(metrics, "loadext_config_reloads_total", result="success") == successes_before + 1
-    assert metric_value(metrics, "loadext_config_info", hash=loadext.app.extender.config.hash) == 1
-    assert loadext.app.extender.config.hash != old_hash
+    assert metric_value(metrics, "loadext_config_info", hash=loadext.app.cluster.config.hash) == 1
+    assert loadext.app.cluster.config.hash != old_hash
     assert f'hash="{old_hash}"' not in metrics
     assert metric_value(metrics, "loadext_config_last_reload_success_timestamp_seconds") > time.time() - 30
 
@@ -65,7 +65,7 @@ async def test_invalid_change_is_rejected_and_the_old_config_kept(
     config = live_config(prometheus.url, case)
     loadext = await start_loadext(config)
     await sees(loadext, {"warm": {"cpu": 0.85, "memory": 0.3}})
-    good_hash = loadext.app.extender.config.hash
+    good_hash = loadext.app.cluster.config.hash
     caplog.set_level(logging.ERROR, logger="loadext")
 
     broken: dict[str, Any] = dict(config, failurePolicy="sometimes")
@@ -80,7 +80,7 @@ async def test_invalid_change_is_rejected_and_the_old_config_kept(
     assert "failurePolicy: must be one of open, closed; got 'sometimes'" in caplog.text
     assert "keeping the last good config" in caplog.text
     assert loadext.app.reloader.last_error is not None and "line" in loadext.app.reloader.last_error
-    assert loadext.app.extender.config.hash == good_hash
+    assert loadext.app.cluster.config.hash == good_hash
     assert await rejected(loadext, ["warm"]) == {"warm": "loadext: cpu above 80%"}  # still deciding
 
     loadext.config_path.write_text("prometheus: [unclosed\n")  # not even YAML

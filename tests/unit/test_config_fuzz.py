@@ -12,7 +12,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from loadext.config import ConfigError, parse_config
-from loadext.core.extender import Extender
+from loadext.core.cluster import Cluster
 
 KEYS = [
     "prometheus", "url", "timeout", "bearerTokenFile", "caFile", "insecureSkipVerify", "preset", "nodeIdentity",
@@ -46,8 +46,8 @@ def _check(text: str) -> None:
         event("rejected with field errors")
         return
     event("accepted and run")
-    extender = Extender(config)  # a config that parses must run
-    assert config.hash and extender.table() is not None
+    cluster = Cluster(config)  # a config that parses must run
+    assert config.hash and cluster.table() is not None
     for signal in config.signals:
         assert config.query_for(signal)
 

@@ -24,7 +24,7 @@ from harness.wire import fixture_bytes
 from loadext.cli import format_pod_decisions
 from loadext.config import parse_config
 from loadext.core.decisions import Decision
-from loadext.core.herd import Usage
+from loadext.core.herd.usage import Usage
 from loadext.core.policy import Verdict
 from loadext.core.snapshot import Sample, Snapshot
 
@@ -46,7 +46,7 @@ async def test_explain_pod_lists_every_candidate_with_values_age_and_verdict(aio
     assert rows["ceph2"]["signals"]["cpu"]["age"] >= 0
     assert rows["ceph3"]["verdict"] == "pass" and rows["ceph3"]["pool"] is None
     assert {r["node"]: r["score"] for r in report["prioritize"]["nodes"]} == {"ceph1": 6, "ceph2": 0, "ceph3": 7}
-    assert report["filter"]["configHash"] == app.extender.config.hash
+    assert report["filter"]["configHash"] == app.cluster.config.hash
 
 
 async def test_an_older_decision_keeps_its_values_but_not_the_snapshot(aiohttp_client: Any) -> None:
@@ -58,7 +58,7 @@ async def test_an_older_decision_keeps_its_values_but_not_the_snapshot(aiohttp_c
     await post(client, "/filter", fixture_bytes("filter-names.json"))
     await post(client, "/prioritize", fixture_bytes("prioritize-names.json"))
     before = await (await client.get("/explain", params={"pod": "analytics/ingest-0"})).json()
-    decided_on = weakref.ref(app.extender.cache.snapshot)
+    decided_on = weakref.ref(app.cluster.cache.snapshot)
     body = json.loads(fixture_bytes("filter-names.json"))
     for i in range(6):  # a pod per refresh, each refresh with other values
         publish(app, {node: 0.2 + 0.1 * i for node in STORED_CPU}, STORED_MEMORY)
@@ -82,10 +82,10 @@ async def test_unknown_pod_is_a_404_naming_it(aiohttp_client: Any) -> None:
 
 async def test_explain_pod_shows_the_pods_estimate_and_what_was_in_flight_per_node(aiohttp_client: Any) -> None:
     app = stored_app(HERD_GUARDED_CONFIG)
-    app.extender.record_placement("earlier", "ceph3", time.time(), Usage(2.0, 2**30))
+    app.cluster.herd.place("earlier", "ceph3", time.time(), Usage(2.0, 2**30))
     client = await client_for(aiohttp_client, app)
     await post(client, "/filter", fixture_bytes("filter-nodes.json"))  # cpu request 500m, limit 2
-    app.extender.record_placement("later", "ceph1", time.time(), Usage(1.0, 0))  # after the decision
+    app.cluster.herd.place("later", "ceph1", time.time(), Usage(1.0, 0))  # after the decision
     report = await (await client.get("/explain", params={"pod": "analytics/ingest-0"})).json()
     memory = round(0.7 * 2 * 2**30)  # herdGuard's factor x the 2Gi memory limit
     factor = {"cpu": "factor", "memory": "factor"}  # no measured usage, no owner history
@@ -107,13 +107,13 @@ async def test_explain_pod_without_the_herd_guard_has_no_estimate(aiohttp_client
 
 
 def test_a_cut_down_decision_keeps_each_candidates_row() -> None:
-    """Nodes identified by address: a candidate whose identity is unknown (None) has no
+    """Nodes identified by address: a candidate whose identity is unknown ("") has no
     samples and the table's no-data verdict, before and after the snapshot is let go."""
     hot, cool, no_data = Verdict(False, 0, "loadext: cpu above 80%"), Verdict(True, 7, ""), Verdict(True, 5, "")
     snapshot = Snapshot({"10.0.0.1": {"cpu": Sample(0.9, 1.0)}, "10.0.0.2": {"cpu": Sample(0.2, 1.0)}}, {}, 1)
     table = {"10.0.0.1": hot, "10.0.0.2": cool, "": no_data}
     decision = Decision(
-        "filter", 2.0, ["a", "b", "c"], ["10.0.0.1", None, "10.0.0.2"], table, snapshot, parse_config(STORED_CONFIG)
+        "filter", 2.0, ["a", "b", "c"], ["10.0.0.1", "", "10.0.0.2"], table, snapshot, parse_config(STORED_CONFIG)
     )
     cut = decision.cut_down()
     assert cut.snapshot is None and isinstance(cut.verdicts, list)

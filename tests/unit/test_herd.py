@@ -16,25 +16,17 @@ from hypothesis import strategies as st
 from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.app import App
+from loadext.config import HerdGuard
 from loadext.core.extender import top_pick
-from loadext.core.herd import (
-    Candidate,
-    EstimateRule,
-    InFlight,
-    Placement,
-    Usage,
-    container_estimate,
-    corrected,
-    next_change,
-    pod_estimate,
-    unseen_share,
-)
+from loadext.core.herd.correction import Candidate, corrected
+from loadext.core.herd.inflight import NO_PLACEMENTS, InFlight, Placement, next_change, unseen_share
+from loadext.core.herd.usage import EstimateRule, Usage, container_estimate, pod_estimate
 from loadext.core.requests import ExtenderArgs, PodRef
 from loadext.sources.kube import bound_pod
 from loadext.sources.objects import Pod
 
 GiB = 1024**3
-RULE = EstimateRule()
+RULE = EstimateRule.of(HerdGuard())  # the schema's defaults
 
 
 @pytest.mark.parametrize(
@@ -127,12 +119,12 @@ async def test_restart_keeps_placement_times_and_deletion_forgets(aiohttp_client
     pods.append(bound_pod(v1_pod("ancient", "ceph2", long_ago)))
     for incarnation in range(2):  # the same pod list after a restart: same accounting, nothing re-dated
         app = guarded_app(True)
-        ext = app.extender
-        ext.replace_bound_pods([p for p in pods if p is not None])
-        per_node = ext.inflight.per_node(time.time())
+        cluster = app.cluster
+        cluster.pods_listed([p for p in pods if p is not None])
+        per_node = cluster.herd.inflight.per_node(time.time())
         assert per_node["ceph2"][1] == 3, incarnation  # the hour-old pod is visible in the metrics already
         assert per_node["ceph2"][0].cpu == pytest.approx(3 * 3.4)  # max(1, 4 x 0.85) each
-        placed = {p.placed_at for p in ext.inflight._pods.values()}
+        placed = {p.placed_at for p in cluster.herd.inflight._pods.values()}
         assert placed == {scheduled.timestamp()}
     # 10.2 of 31.5 cores in flight: ceph2 at 50 % + 32 % + the incoming 5.4 % is over 80 %.
     client_ = await client_for(aiohttp_client, app)
@@ -141,17 +133,17 @@ async def test_restart_keeps_placement_times_and_deletion_forgets(aiohttp_client
     report = orjson.loads(await (await client_.get("/explain")).read())
     assert {r["node"]: r["inFlight"] for r in report["nodes"]}["ceph2"]["pods"] == 3
     for i in range(3):  # the pods are deleted: their estimates go with them
-        ext.record_bound_pod(bound_pod(v1_pod(f"p{i}", "ceph2", scheduled, phase="Succeeded")))  # type: ignore[arg-type]
+        cluster.pod_bound(bound_pod(v1_pod(f"p{i}", "ceph2", scheduled, phase="Succeeded")))  # type: ignore[arg-type]
     _, reply = await post(client_, "/filter", fixture_bytes("filter-nodes.json"))
     assert "ceph2" not in reply["FailedAndUnresolvableNodes"]
 
 
 async def test_burst_cap(aiohttp_client: Any) -> None:
     app = guarded_app(True, burst_cap=2)
-    ext = app.extender
+    cluster = app.cluster
     now = time.time()
     for i in range(2):
-        ext.record_placement(f"b{i}", "ceph3", now, Usage(0.001, 0))
+        cluster.herd.place(f"b{i}", "ceph3", now, Usage(0.001, 0))
     client_ = await client_for(aiohttp_client, app)
     _, reply = await post(client_, "/filter", fixture_bytes("filter-names.json"))
     assert reply["FailedAndUnresolvableNodes"] == {"ceph3": "loadext: 2 pods placed here in the last 300s"}
@@ -164,7 +156,7 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
     scored best for it, so the next pods of the burst see it there; a retry of the same pod does
     not count against itself, and the watch's real binding replaces the guess."""
     app = guarded_app(True, burst_cap=1)  # one pod per node per window makes the counting visible
-    ext = app.extender
+    cluster = app.cluster
     client_ = await client_for(aiohttp_client, app)
     body = orjson.loads(fixture_bytes("prioritize-nodes.json"))
 
@@ -175,7 +167,7 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
 
     def favourite(scores: list[dict[str, Any]], uid: str) -> str:
         """The node loadext counts the pod on: one of the top scores (ties at random)."""
-        guess = ext.inflight.get(uid)
+        guess = cluster.herd.inflight.get(uid)
         assert guess is not None
         assert {s["Host"]: s["Score"] for s in scores}[guess.node] == max(s["Score"] for s in scores)
         return guess.node
@@ -188,8 +180,8 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
     retry = await prioritize("burst-0")  # a retry of burst-0: its own guess does not count against it
     assert {s["Host"]: s["Score"] for s in retry}[first] > 0
     assert all(s["Score"] == 0 for s in await prioritize("burst-2"))  # both taken for this window
-    ext.record_bound_pod(bound_pod(v1_pod("burst-0", "ceph1", datetime.now(UTC))))  # type: ignore[arg-type]
-    placed = ext.inflight.get("burst-0")
+    cluster.pod_bound(bound_pod(v1_pod("burst-0", "ceph1", datetime.now(UTC))))  # type: ignore[arg-type]
+    placed = cluster.herd.inflight.get("burst-0")
     assert placed is not None and placed.node == "ceph1"
 
 
@@ -225,38 +217,34 @@ def test_fast_herd_correction_equals_the_reference(
     loads: list[tuple[float, float]], placements: list[tuple[int, int]], requests: list[tuple[int, int, bool]]
 ) -> None:
     """Extender.verdicts (memoized per pod size, re-judging only nodes with placements in flight)
-    decides exactly as herd.corrected over every candidate, call after call."""
+    decides exactly as correction.corrected over every candidate one by one, call after call."""
     names = [f"n{i}" for i in range(len(loads))]
     cpu, memory = (dict(zip(names, column, strict=True)) for column in zip(*loads, strict=True))
     app = stored_app(HERD_CONFIG, cpu, memory)
-    extender = app.extender
+    cluster = app.cluster
     for name in names[::2]:  # some nodes with allocatable, some without (nothing to add it to)
-        extender.directory.set_allocatable(name, {"cpu": 8.0, "memory": 32.0 * GiB})
+        cluster.directory.set_allocatable(name, {"cpu": 8.0, "memory": 32.0 * GiB})
     for i, (node, millicores) in enumerate(placements):
         if node < len(names):
-            extender.record_placement(f"placed-{i}", names[node], time.time(), Usage(millicores / 1000, 0))
+            cluster.herd.place(f"placed-{i}", names[node], time.time(), Usage(millicores / 1000, 0))
     for i, (count, millicores, repeat_uid) in enumerate(requests):
         asked = names[: max(1, count)]
         uid = "again" if repeat_uid else f"pod-{i}"
         pod = PodRef("default", uid, uid, (), (({"cpu": f"{millicores}m"}, {}),))
         args = ExtenderArgs(pod, list(asked))
-        fast = extender.verdicts(asked, args)
-        table, now = extender.table(), extender.clock()
+        fast = app.extender.verdicts(args)
+        table, now = cluster.table(), cluster.clock()
         candidates = [
-            Candidate(n, table.verdict(n), extender.cache.snapshot.by_identity.get(n), table.pools.get(n))
-            for n in asked
+            Candidate(n, table.verdict(n), cluster.cache.snapshot.by_identity.get(n), table.pools.get(n)) for n in asked
         ]
-        reference = corrected(
-            candidates,
-            extender.inflight.per_node(now),
-            extender.estimate(pod).usage,
-            extender.directory.allocatable,
-            extender.config,
-            now,
-            extender.inflight.get(uid),
-        )
+        in_flight, incoming = cluster.herd.inflight.per_node(now), cluster.herd.estimate(pod).usage
+        own, capacity = cluster.herd.inflight.get(uid), cluster.directory.allocatable
+        reference = [
+            corrected(c, in_flight.get(c.name, NO_PLACEMENTS), incoming, capacity, cluster.config, now, own)
+            for c in candidates
+        ]
         assert fast == reference
-        extender.expect_placement(uid, asked[-1])  # the next call sees one more placement in flight
+        cluster.guard.count_now(uid, asked[-1])  # the next call sees one more placement in flight
 
 
 def test_a_measured_pod_fades_out_in_steps_until_the_window_ends() -> None:

@@ -19,8 +19,9 @@ from harness.inprocess import client_for, post, stored_app
 from harness.waiting import eventually
 from harness.wire import fixture_bytes
 from loadext.app import App
-from loadext.core.herd import BoundPod, Usage
-from loadext.core.requeue import FORGET_AFTER, RENUDGE_AFTER, StrandedPods
+from loadext.core.herd.stranded import FORGET_AFTER, RENUDGE_AFTER, StrandedPods
+from loadext.core.herd.usage import Usage
+from loadext.core.requests import BoundPod, PodRef
 from loadext.core.snapshot import SignalValues
 from loadext.http.protocol import decode_extender_args
 from loadext.sources import requeue
@@ -38,9 +39,8 @@ POD_UID = decode_extender_args(fixture_bytes("filter-names.json")).args.pod.uid 
 
 def publish(app: App, cpu: dict[str, float]) -> None:
     """A refresh round with these CPU values, as the refresher publishes one."""
-    extender, now = app.extender, time.time()
-    snapshot = extender.cache.store_round([SignalValues("cpu", cpu, now), SignalValues("memory", MEMORY, now)])
-    extender.publish_refresh(snapshot, extender.table_builder()(snapshot))
+    now = time.time()
+    app.cluster.refreshed([SignalValues("cpu", cpu, now), SignalValues("memory", MEMORY, now)])
 
 
 def test_ledger_groups_by_estimate_renudges_and_forgets() -> None:
@@ -66,36 +66,36 @@ async def test_an_all_hot_cluster_strands_the_pod_until_a_node_cools(aiohttp_cli
     assert reply["NodeNames"] == []
     metrics = await (await client.get("/metrics")).text()
     assert "loadext_stranded_pods 1.0" in metrics
-    assert app.extender.reopened() is None  # still all hot
+    assert app.cluster.reopened_node() is None  # still all hot
     publish(app, {"ceph1": 0.95, "ceph2": 0.9, "ceph3": 0.4})
-    assert app.extender.reopened() == "ceph3"
+    assert app.cluster.reopened_node() == "ceph3"
     _, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))  # the scheduler's retry
     assert reply["NodeNames"] == ["ceph3"]
-    assert len(app.extender.stranded) == 0 and app.extender.reopened() is None
+    assert len(app.cluster.stranded) == 0 and app.cluster.reopened_node() is None
 
 
 async def test_herd_refusals_reopen_when_a_placement_leaves(aiohttp_client: Any) -> None:
     app = stored_app(HOT % ("true", 1), {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
-    extender = app.extender
+    cluster = app.cluster
     for node in ("ceph1", "ceph2", "ceph3"):
-        extender.record_placement(f"recent-{node}", node, time.time(), Usage(0.1, 0))
+        cluster.herd.place(f"recent-{node}", node, time.time(), Usage(0.1, 0))
     client = await client_for(aiohttp_client, app)
     _, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))
     assert reply["NodeNames"] == [] and set(reply["FailedAndUnresolvableNodes"]) == {"ceph1", "ceph2", "ceph3"}
-    assert extender.reopened() is None
-    extender.inflight.remove("recent-ceph2")  # deleted, or out of the window
-    assert extender.reopened() == "ceph2"
+    assert cluster.reopened_node() is None
+    cluster.herd.inflight.remove("recent-ceph2")  # deleted, or out of the window
+    assert cluster.reopened_node() == "ceph2"
 
 
 async def test_a_bound_pod_is_no_longer_stranded(aiohttp_client: Any) -> None:
     app = stored_app(HOT % ("true", 1), {"ceph1": 0.95, "ceph2": 0.95, "ceph3": 0.95}, MEMORY)
     client = await client_for(aiohttp_client, app)
     await post(client, "/filter", fixture_bytes("filter-names.json"))
-    assert len(app.extender.stranded) == 1
-    app.extender.record_binding(POD_UID, "ceph1")  # loadext's own bind: the watch confirms it
-    assert len(app.extender.stranded) == 1
-    app.extender.record_bound_pod(BoundPod(POD_UID, "ceph1", time.time(), (), (), {}, finished=False))
-    assert len(app.extender.stranded) == 0
+    assert len(app.cluster.stranded) == 1
+    app.cluster.bound_by_loadext(POD_UID, "ceph1")  # loadext's own bind: the watch confirms it
+    assert len(app.cluster.stranded) == 1
+    app.cluster.pod_bound(BoundPod(PodRef("", "", POD_UID, ()), "ceph1", time.time()))
+    assert len(app.cluster.stranded) == 0
 
 
 class RefusingApi:
@@ -114,11 +114,11 @@ async def test_a_refused_annotation_is_counted_and_logged_once(
 ) -> None:
     app = stored_app(HOT % ("false", 0), {"ceph1": 0.95, "ceph2": 0.9, "ceph3": 0.4}, MEMORY)
     api, now = RefusingApi(), [time.time()]
-    app.extender.clock = lambda: now[0]
+    app.cluster.clock = lambda: now[0]
     for uid in ("p1", "p2"):
-        app.extender.stranded.strand(uid, ["ceph3"], Usage(), now[0])
+        app.cluster.stranded.strand(uid, ["ceph3"], Usage(), now[0])
     monkeypatch.setattr(requeue, "CHECK_EVERY", 0.01)
-    task = asyncio.create_task(requeue.requeue_stranded(app.extender, api, app.telemetry))
+    task = asyncio.create_task(requeue.requeue_stranded(app.cluster, api, app.telemetry))
     client = await client_for(aiohttp_client, app)
 
     async def errors_counted(count: int) -> bool:
@@ -155,12 +155,12 @@ async def test_preempt_judges_with_the_preemptors_estimate_and_without_its_victi
     # ceph2 at 78 % would be over 80 % with it. ceph3 at 50 % has a 10-core victim in flight
     # (+31.7 %): over with the victim, well under once it is gone.
     app = stored_app(PREEMPT % ("true" if guarded else "false"), {"ceph2": 0.78, "ceph3": 0.5}, MEMORY)
-    extender = app.extender
+    cluster = app.cluster
     for node in ("ceph2", "ceph3"):
-        extender.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128 * 1024**3})
+        cluster.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128 * 1024**3})
     body = orjson.loads(fixture_bytes("preempt-meta.json"))
     victim = body["NodeNameToMetaVictims"]["ceph3"]["Pods"][0]["UID"]
-    extender.record_placement(victim, "ceph3", time.time(), Usage(10, 0))
+    cluster.herd.place(victim, "ceph3", time.time(), Usage(10, 0))
     client = await client_for(aiohttp_client, app)
     status, reply = await post(client, "/preempt", orjson.dumps(body))
     assert status == 200

@@ -12,7 +12,7 @@ import orjson
 from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.app import App
-from loadext.core.herd import Usage
+from loadext.core.herd.usage import Usage
 from loadext.http.protocol import decode_extender_args
 
 GUARD = """
@@ -41,11 +41,11 @@ async def filter_names(aiohttp_client: Any, app: App) -> tuple[dict[str, Any], s
 
 
 def one_pod_placed_on_every_node(app: App) -> None:
-    extender = app.extender
+    cluster = app.cluster
     pod = decode_extender_args(fixture_bytes("filter-names.json")).args.pod
     assert pod is not None
     for node in ("ceph1", "ceph2", "ceph3"):
-        extender.record_placement(f"recent-{node}", node, time.time(), extender.estimate(pod).usage)
+        cluster.herd.place(f"recent-{node}", node, time.time(), cluster.herd.estimate(pod).usage)
 
 
 async def test_a_burst_cap_on_every_node_does_not_strand_the_pod(aiohttp_client: Any) -> None:
@@ -92,14 +92,14 @@ def three_pods_in_flight_on_ceph2() -> tuple[App, Usage]:
     78 %: the fixture pod (another 1.7 cores, 5.4 %) is refused on each for the herd guard.
     Returns the app and the pod's estimate."""
     ext = stored_app(GUARD % "0", {"ceph1": 0.76, "ceph2": 0.70, "ceph3": 0.78}, MEMORY)  # burstCap 10
-    extender = ext.extender
+    cluster = ext.cluster
     pod = decode_extender_args(fixture_bytes("filter-names.json")).args.pod
     assert pod is not None
     for node in ("ceph1", "ceph2", "ceph3"):
-        extender.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
-    estimate = extender.estimate(pod).usage
+        cluster.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
+    estimate = cluster.herd.estimate(pod).usage
     for i in range(3):
-        extender.record_placement(f"recent-{i}", "ceph2", time.time(), estimate)
+        cluster.herd.place(f"recent-{i}", "ceph2", time.time(), estimate)
     return ext, estimate
 
 
@@ -112,7 +112,7 @@ async def test_the_herd_soft_pass_counts_what_is_in_flight(aiohttp_client: Any) 
     assert 'loadext_filter_soft_passes_total{reason="herd"} 1.0' in metrics
     # A pod lands on ceph1: the next call ranks ceph1 anew (the memo drops what changed) and
     # passes ceph3, 78 % + 5.4 %, now below ceph1's 76 % + 2 x 5.4 %.
-    ext.extender.record_placement("landed", "ceph1", time.time(), estimate)
+    ext.cluster.herd.place("landed", "ceph1", time.time(), estimate)
     reply, metrics = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == ["ceph3"]
 
@@ -126,7 +126,7 @@ async def test_the_pods_expected_node_missing_from_a_later_call(aiohttp_client: 
     client = await client_for(aiohttp_client, ext)
     status, reply = await post(client, "/filter", orjson.dumps(body))
     assert status == 200 and reply["NodeNames"] == ["ceph1"]
-    ext.extender.record_placement(body["Pod"]["metadata"]["uid"], "ceph3", time.time(), estimate)
+    ext.cluster.herd.place(body["Pod"]["metadata"]["uid"], "ceph3", time.time(), estimate)
     status, reply = await post(client, "/filter", orjson.dumps(body))  # ceph3 ranked anew, without the pod
     assert status == 200 and reply["NodeNames"] == ["ceph1"]
     body["NodeNames"] = ["ceph1", "ceph2"]

@@ -12,9 +12,9 @@ import pytest
 from harness.inprocess import HERD_GUARDED_CONFIG, client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.config.schema import settle_time
-from loadext.core.herd import BoundPod, Usage
-from loadext.core.requests import ExtenderArgs, PodRef
-from loadext.core.usage import UsageHistory, owner_of
+from loadext.core.herd.learned import UsageHistory, owner_of
+from loadext.core.herd.usage import Usage
+from loadext.core.requests import BoundPod, ExtenderArgs, PodRef
 from loadext.sources.prometheus import QueryError, parse_pod_vector
 
 FACTOR = Usage(1.7, 2**30)
@@ -102,33 +102,34 @@ def test_a_measured_pod_replaces_its_estimate_in_its_nodes_correction() -> None:
     """The issue's case: a 2-core limit counted as 1.7 cores against 0.2 really used refuses
     a node with room; once the pods are measured, it passes, and the error is reported once."""
     app = stored_app(HERD_GUARDED_CONFIG, {"ceph1": 0.7}, {"ceph1": 0.3})
-    extender = app.extender
-    extender.directory.set_allocatable("ceph1", {"cpu": 31.5, "memory": 128.0 * 2**30})
+    cluster = app.cluster
+    cluster.directory.set_allocatable("ceph1", {"cpu": 31.5, "memory": 128.0 * 2**30})
     spec = (({"cpu": "500m"}, {"cpu": "2"}),)
     placed_at = time.time()
 
     def sibling(i: int) -> BoundPod:
-        return BoundPod(f"u{i}", "ceph1", placed_at, spec, (), {}, False, "db", f"ingest-{i}", "db/StatefulSet/ingest")
+        pod = PodRef("db", f"ingest-{i}", f"u{i}", ("StatefulSet",), spec, owner="db/StatefulSet/ingest")
+        return BoundPod(pod, "ceph1", placed_at)
 
     for i in (1, 2):
-        extender.record_bound_pod(sibling(i))
+        cluster.pod_bound(sibling(i))
     incoming = PodRef("db", "ingest-0", "u0", ("StatefulSet",), spec, owner="db/StatefulSet/ingest")
     # 70 % + 2 x 5.4 % in flight + the incoming 5.4 %: over 80 %
-    assert not extender.verdicts(["ceph1"], ExtenderArgs(incoming, ["ceph1"]))[0].passed
+    assert not app.extender.verdicts(ExtenderArgs(incoming, ["ceph1"]))[0].passed
     measured = {("db", "ingest-1"): 0.2, ("db", "ingest-2"): 0.2}
-    errors = extender.publish_pod_usage({"cpu": measured})
+    errors = cluster.pod_usage_measured({"cpu": measured})
     assert [(e.resource, e.source, round(e.ratio, 2)) for e in errors] == [("cpu", "factor", 7.5)] * 2
-    assert extender.inflight.per_node(time.time())["ceph1"][0].cpu == pytest.approx(0.4)
-    verdict = extender.verdicts(["ceph1"], ExtenderArgs(incoming, ["ceph1"]))[0]
+    assert cluster.herd.inflight.per_node(time.time())["ceph1"][0].cpu == pytest.approx(0.4)
+    verdict = app.extender.verdicts(ExtenderArgs(incoming, ["ceph1"]))[0]
     assert verdict.passed, verdict  # and the incoming pod counts as its owner's 0.2, not 1.7
-    assert extender.estimate(incoming).sources[0] == "owner"
-    assert extender.publish_pod_usage({"cpu": measured}) == []  # each pod's error is counted once
+    assert cluster.herd.estimate(incoming).sources[0] == "owner"
+    assert cluster.pod_usage_measured({"cpu": measured}) == []  # each pod's error is counted once
     # Measured means running: from then on the node's own metrics take the pod in, and its share
     # fades (herd.FADE_STEPS). A later watch event for the pod keeps when that began.
-    counted = extender.inflight.get("u1")
+    counted = cluster.herd.inflight.get("u1")
     assert counted is not None and placed_at <= counted.measured_at <= time.time()
-    extender.record_bound_pod(sibling(1))
-    assert extender.inflight.get("u1") == counted
+    cluster.pod_bound(sibling(1))
+    assert cluster.herd.inflight.get("u1") == counted
 
 
 async def test_preempt_takes_off_what_a_measured_victim_really_uses(aiohttp_client: Any) -> None:
@@ -139,11 +140,11 @@ async def test_preempt_takes_off_what_a_measured_victim_really_uses(aiohttp_clie
     victim = body["NodeNameToMetaVictims"]["ceph2"]["Pods"][0]["UID"]
     for measured in (False, True):
         app = stored_app(HERD_GUARDED_CONFIG, {"ceph2": 0.82, "ceph3": 0.95}, {"ceph2": 0.3, "ceph3": 0.3})
-        extender = app.extender
+        cluster = app.cluster
         for node in ("ceph2", "ceph3"):
-            extender.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
+            cluster.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
         hour_ago = time.time() - 3600
-        extender.replace_bound_pods([BoundPod(victim, "ceph2", hour_ago, (), (), {}, False, "batch", "old-0")])
-        extender.publish_pod_usage({"cpu": {("batch", "old-0"): 3.0}} if measured else {})
+        cluster.pods_listed([BoundPod(PodRef("batch", "old-0", victim, ()), "ceph2", hour_ago)])
+        cluster.pod_usage_measured({"cpu": {("batch", "old-0"): 3.0}} if measured else {})
         _, reply = await post(await client_for(aiohttp_client, app), "/preempt", orjson.dumps(body))
         assert sorted(reply["NodeNameToMetaVictims"]) == (["ceph2"] if measured else []), measured

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from cachetools import LRUCache
 
-from loadext.core.herd import Usage
+from loadext.core.herd.usage import Usage
 
 # The scheduler's podMaxInUnschedulablePodsDuration (5 min) plus its 30 s flush period: a pod
 # stranded longer than this has been retried by the scheduler itself.

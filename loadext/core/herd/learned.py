@@ -1,6 +1,6 @@
 """Learned usage estimates: what a pod will really use, learned from what pods really use.
 
-The factor rule (herd.py) guesses a pod's usage from its spec, and a spec's limit can be far
+The factor rule (usage.py) guesses a pod's usage from its spec, and a spec's limit can be far
 above use: a 3-core limit counted as 2.55 cores against 0.97 used refuses nodes that have room.
 So each resource of an estimate comes from the best source there is, in this order:
 
@@ -26,7 +26,7 @@ from typing import Literal
 
 from cachetools import LRUCache
 
-from loadext.core.herd import RESOURCES, Usage
+from loadext.core.herd.usage import RESOURCES, Usage
 
 EstimateSource = Literal["measured", "owner", "factor"]
 ESTIMATE_SOURCES: tuple[EstimateSource, ...] = ("measured", "owner", "factor")
@@ -145,7 +145,7 @@ class UsageHistory:
 
     def estimate(self, owner: str, factor: Usage) -> Estimate:
         """A pod's estimate before its own usage is known: per resource, its owner's history,
-        else the factor rule's value. (Measured usage replaces it once placed: Extender.)"""
+        else the factor rule's value. (Measured usage replaces it once placed: guard.py.)"""
         values: list[float] = []
         sources: list[EstimateSource] = []
         for resource in RESOURCES:
