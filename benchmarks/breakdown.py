@@ -109,7 +109,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     cpu = {name: node_load(i)[0] for i, name in enumerate(names, 1)}
     memory = {name: node_load(i)[1] for i, name in enumerate(names, 1)}
     app = stored_app(config_text(args.herd_guard), cpu, memory)
-    extender, cluster, telemetry = app.extender, app.cluster, app.telemetry
+    extender, cluster, telemetry, codec = app.extender, app.cluster, app.telemetry, app.server.codec
     if args.herd_guard:  # as with --watch-nodes: every node's allocatable, and a burst in flight
         for name in names:
             cluster.directory.set_allocatable(name, {"cpu": 16.0, "memory": 64.0 * 2**30})
@@ -118,7 +118,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             cluster.herd.place(f"burst-{i}", names[(i * 7) % args.nodes], now, Usage(1.7, 2**30))
     per_node = cluster.config.per_node_metrics
     details = cluster.config.herd_guard.enabled
-    request = protocol.decode_extender_args(body, node_details=details)
+    request = codec.decode_extender_args(body, node_details=details)
     missing = [n for n in request.args.names if n not in cpu]
     if missing:
         raise SystemExit(f"{len(missing)} names of the body are not in the snapshot (e.g. {missing[0]})")
@@ -131,10 +131,10 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
          lambda: protocol.encode_filter_result(filtered, None)),
         ("prioritize", lambda: extender.prioritize(request.args),
          lambda: telemetry.count_prioritize(prioritized, per_node),
-         lambda: protocol.encode_host_priority_list(prioritized)),
+         lambda: codec.encode_host_priority_list(prioritized)),
     ):  # fmt: skip
         verb_us = median_us(run_verb, args.requests)
-        row = {"decode": median_us(lambda: protocol.decode_extender_args(body, node_details=details), args.requests)}
+        row = {"decode": median_us(lambda: codec.decode_extender_args(body, node_details=details), args.requests)}
         shares = verb_split(run_verb, args.requests)
         for part, share in shares.items():
             row[f"  {part}"] = verb_us * share

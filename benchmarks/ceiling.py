@@ -52,7 +52,6 @@ def serve(port: int, mode: str, body_path: Path) -> None:
     from aiohttp import web
 
     from harness.inprocess import stored_app
-    from loadext.http import server
     from loadext.http.server import install_event_loop
 
     install_event_loop()
@@ -61,12 +60,13 @@ def serve(port: int, mode: str, body_path: Path) -> None:
     memory = {name: node_load(i)[1] for i, name in enumerate(names, 1)}
     app = stored_app(bench_config("http://127.0.0.1:1"), cpu, memory)
     if mode in ("no-verb", "no-decode"):
-        request = server.decode_extender_args(body_path.read_bytes())
+        codec = app.server.codec
+        request = codec.decode_extender_args(body_path.read_bytes())
         filtered, prioritized = app.extender.filter(request.args), app.extender.prioritize(request.args)
         app.extender.filter = lambda _: filtered  # type: ignore[method-assign]
         app.extender.prioritize = lambda _: prioritized  # type: ignore[method-assign]
         if mode == "no-decode":
-            server.decode_extender_args = lambda _body, node_details=False: request  # type: ignore[assignment]
+            codec.decode_extender_args = lambda _body, node_details=False: request  # type: ignore[method-assign]
     web.run_app(app.web_app("/", background=False), host="127.0.0.1", port=port, access_log=None, print=None)
 
 

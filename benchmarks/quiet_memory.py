@@ -33,13 +33,12 @@ def child(args: argparse.Namespace) -> None:
 
     from harness.inprocess import publish, stored_app
     from loadext.core.snapshot import Snapshot
-    from loadext.http import protocol
 
     names = [node_name(i) for i in range(1, args.nodes + 1)]
     cpu = {n: node_load(i)[0] for i, n in enumerate(names, 1)}
     memory = {n: node_load(i)[1] for i, n in enumerate(names, 1)}
     app = stored_app(bench_config("http://127.0.0.1:1", herdGuard={"enabled": args.herd_guard}), cpu, memory)
-    extender, cluster = app.extender, app.cluster
+    extender, cluster, codec = app.extender, app.cluster, app.server.codec
     for name in names:
         cluster.directory.set_allocatable(name, {"cpu": 16.0, "memory": 64.0 * 2**30})
     rows = []
@@ -51,8 +50,8 @@ def child(args: argparse.Namespace) -> None:
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]},
         }
         body = orjson.dumps({"Pod": pod, "NodeNames": names[start : start + args.names]})
-        extender.filter(protocol.decode_extender_args(body, node_details=args.herd_guard).args)
-        extender.prioritize(protocol.decode_extender_args(body, node_details=args.herd_guard).args)
+        extender.filter(codec.decode_extender_args(body, node_details=args.herd_guard).args)
+        extender.prioritize(codec.decode_extender_args(body, node_details=args.herd_guard).args)
         if (i + 1) % args.every == 0 or i + 1 == args.pods:
             gc.collect()
             alive = sum(isinstance(o, Snapshot) for o in gc.get_objects())

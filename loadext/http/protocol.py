@@ -129,10 +129,6 @@ def _pod_ref(raw: msgspec.Raw) -> PodRef | None:
     return None if pod is None else pod.ref()
 
 
-_PODS = _PodMemo()
-_pod = _PODS.get
-
-
 class _LastNames:
     """The NodeNames list of the last call. kube-scheduler sends prioritize the nodes that
     passed filter, in the order filter answered them (loadext keeps the request's order): when
@@ -158,8 +154,6 @@ class _LastNames:
         return names
 
 
-_names = _LastNames().get
-
 _NAME_PREFIX = b'{"metadata":{"name":"'
 
 
@@ -172,36 +166,6 @@ def _leading_name(raw: msgspec.Raw) -> str | None:
     if not head.startswith(_NAME_PREFIX) or end <= start or b"\\" in head[start:end]:
         return None
     return head[start:end].decode()
-
-
-def decode_extender_args(body: bytes, node_details: bool = False) -> ExtenderRequest:
-    """`node_details`: also read each full Node's IPs, labels and allocatable (address
-    identities, pools and the herd guard need them); otherwise only names are read."""
-    top = _top(body)
-    pod = _pod(field_raw(top, "Pod"))
-    listed = _names(field_raw(top, "NodeNames"))
-    if listed is not None:
-        return ExtenderRequest(ExtenderArgs(pod, listed))
-    node_list = _decode(_NODE_LIST, field_raw(top, "Nodes"), "Nodes")
-    if node_list is None or node_list.items is None:
-        return ExtenderRequest(ExtenderArgs(pod, []), None if node_list is None else [])
-    names: list[str] = []
-    raws, addresses, labels, allocatable, seen = [], {}, {}, {}, set()
-    for i, raw in enumerate(node_list.items):
-        name = None if node_details else _leading_name(raw)
-        if name is None:
-            node = _decode(_NODE, raw, f"Nodes.items[{i}]")
-            name = node.metadata.name
-            if node_details:
-                addresses[name] = node.ips()
-                labels[name] = node.metadata.labels or {}
-                allocatable[name] = node.allocatable()
-        if name in seen:
-            continue
-        seen.add(name)
-        names.append(name)
-        raws.append(raw)
-    return ExtenderRequest(ExtenderArgs(pod, names, addresses, labels, allocatable), raws)
 
 
 class _MetaPod(msgspec.Struct):
@@ -220,29 +184,6 @@ _META_VICTIMS = msgspec.json.Decoder(dict[str, dict[str, msgspec.Raw]] | None)
 _META_POD_LIST = msgspec.json.Decoder(list[_MetaPod] | None)
 _FULL_POD_LIST = msgspec.json.Decoder(list[_FullPod] | None)
 _INT = msgspec.json.Decoder(int | None)
-
-
-def decode_preemption_args(body: bytes) -> PreemptionArgs:
-    """Victims come as UIDs (cache mode) or as full Pods; either way loadext keeps UIDs."""
-    top = _top(body)
-    pod = _pod(field_raw(top, "Pod"))
-    key, full_pods = "NodeNameToMetaVictims", False
-    nodes = _decode(_META_VICTIMS, field_raw(top, key), key)
-    if nodes is None:
-        key, full_pods = "NodeNameToVictims", True
-        nodes = _decode(_META_VICTIMS, field_raw(top, key), key)
-    victims: dict[str, Victims] = {}
-    for node, entry in (nodes or {}).items():
-        where = f"{key}[{node!r}]"
-        if full_pods:
-            pods = _decode(_FULL_POD_LIST, field_raw(entry, "Pods"), f"{where}.Pods") or []
-            uids = tuple(p.metadata.uid for p in pods)
-        else:
-            pods = _decode(_META_POD_LIST, field_raw(entry, "Pods"), f"{where}.Pods") or []
-            uids = tuple(p.UID for p in pods)
-        violations = _decode(_INT, field_raw(entry, "NumPDBViolations"), f"{where}.NumPDBViolations")
-        victims[node] = Victims(uids, violations or 0)
-    return PreemptionArgs(pod, victims)
 
 
 _NAME = msgspec.json.Decoder(NonEmpty)
@@ -303,13 +244,6 @@ class _PriorityFragments:
 
 
 _SCORES = range(MAX_EXTENDER_PRIORITY + 1)
-_PRIORITY_FRAGMENTS = _PriorityFragments()
-
-
-def encode_host_priority_list(result: PrioritizeResult) -> bytes:
-    """Scores are ints in 0..10 already (policy.clamp_score is the only way a score is made):
-    the fragments are indexed by them, and a float would void the reply anyway."""
-    return _PRIORITY_FRAGMENTS.join(result.names, result.scores)
 
 
 def encode_preemption_result(result: PreemptResult) -> bytes:
@@ -325,3 +259,71 @@ def encode_preemption_result(result: PreemptResult) -> bytes:
 
 def encode_binding_result(error: str = "") -> bytes:
     return orjson.dumps({"Error": error})
+
+
+class Codec:
+    """The wire codec of one server, with the caches that make repeated bytes cheap: each
+    recent Pod's PodRef (filter and prioritize send the same pod), the last NodeNames list
+    (prioritize repeats filter's) and every node's score fragments. They belong to the App
+    that serves with them (http/server.py ServerState), never to the process."""
+
+    def __init__(self) -> None:
+        self._pods = _PodMemo()
+        self._names = _LastNames()
+        self._fragments = _PriorityFragments()
+
+    def decode_extender_args(self, body: bytes, node_details: bool = False) -> ExtenderRequest:
+        """`node_details`: also read each full Node's IPs, labels and allocatable (address
+        identities, pools and the herd guard need them); otherwise only names are read."""
+        top = _top(body)
+        pod = self._pods.get(field_raw(top, "Pod"))
+        listed = self._names.get(field_raw(top, "NodeNames"))
+        if listed is not None:
+            return ExtenderRequest(ExtenderArgs(pod, listed))
+        node_list = _decode(_NODE_LIST, field_raw(top, "Nodes"), "Nodes")
+        if node_list is None or node_list.items is None:
+            return ExtenderRequest(ExtenderArgs(pod, []), None if node_list is None else [])
+        names: list[str] = []
+        raws, addresses, labels, allocatable, seen = [], {}, {}, {}, set()
+        for i, raw in enumerate(node_list.items):
+            name = None if node_details else _leading_name(raw)
+            if name is None:
+                node = _decode(_NODE, raw, f"Nodes.items[{i}]")
+                name = node.metadata.name
+                if node_details:
+                    addresses[name] = node.ips()
+                    labels[name] = node.metadata.labels or {}
+                    allocatable[name] = node.allocatable()
+            if name in seen:
+                continue
+            seen.add(name)
+            names.append(name)
+            raws.append(raw)
+        return ExtenderRequest(ExtenderArgs(pod, names, addresses, labels, allocatable), raws)
+
+    def decode_preemption_args(self, body: bytes) -> PreemptionArgs:
+        """Victims come as UIDs (cache mode) or as full Pods; either way loadext keeps UIDs."""
+        top = _top(body)
+        pod = self._pods.get(field_raw(top, "Pod"))
+        key, full_pods = "NodeNameToMetaVictims", False
+        nodes = _decode(_META_VICTIMS, field_raw(top, key), key)
+        if nodes is None:
+            key, full_pods = "NodeNameToVictims", True
+            nodes = _decode(_META_VICTIMS, field_raw(top, key), key)
+        victims: dict[str, Victims] = {}
+        for node, entry in (nodes or {}).items():
+            where = f"{key}[{node!r}]"
+            if full_pods:
+                pods = _decode(_FULL_POD_LIST, field_raw(entry, "Pods"), f"{where}.Pods") or []
+                uids = tuple(p.metadata.uid for p in pods)
+            else:
+                pods = _decode(_META_POD_LIST, field_raw(entry, "Pods"), f"{where}.Pods") or []
+                uids = tuple(p.UID for p in pods)
+            violations = _decode(_INT, field_raw(entry, "NumPDBViolations"), f"{where}.NumPDBViolations")
+            victims[node] = Victims(uids, violations or 0)
+        return PreemptionArgs(pod, victims)
+
+    def encode_host_priority_list(self, result: PrioritizeResult) -> bytes:
+        """Scores are ints in 0..10 already (policy.clamp_score is the only way a score is made):
+        the fragments are indexed by them, and a float would void the reply anyway."""
+        return self._fragments.join(result.names, result.scores)

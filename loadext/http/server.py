@@ -30,14 +30,12 @@ from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs, PodRef
 from loadext.http.limits import LARGE_BODY, Admission, BodyBudget, Limits, track_handling
 from loadext.http.protocol import (
+    Codec,
     ExtenderRequest,
     ProtocolError,
     decode_binding_args,
-    decode_extender_args,
-    decode_preemption_args,
     encode_binding_result,
     encode_filter_result,
-    encode_host_priority_list,
     encode_preemption_result,
 )
 from loadext.logs import request_id
@@ -71,6 +69,7 @@ class ServerState:
     bind: Binder
     limits: Limits = field(default_factory=Limits)
     draining: bool = False  # set on SIGTERM: readiness false, connections closed after each reply
+    codec: Codec = field(default_factory=Codec)  # its caches are this server's, not the process's
     admission: Admission = field(init=False)
     body_budget: BodyBudget = field(init=False)
 
@@ -286,13 +285,13 @@ def create_ops_app(state: ServerState) -> web.Application:
 
 
 def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
-    cluster, extender, telemetry = state.cluster, state.extender, state.telemetry
+    cluster, extender, telemetry, codec = state.cluster, state.extender, state.telemetry, state.codec
     app = web.Application(client_max_size=state.limits.max_body_size, middlewares=[_edges])
     app[STATE] = state
     prefix = normalise_prefix(path_prefix)
 
     def extender_request(body: bytes) -> ExtenderRequest:
-        return decode_extender_args(body, node_details=cluster.needs_node_details)
+        return codec.decode_extender_args(body, node_details=cluster.needs_node_details)
 
     async def do_filter(body: bytes) -> Answer:
         request = extender_request(body)
@@ -304,10 +303,10 @@ def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
         args = extender_request(body).args
         result = extender.prioritize(args)
         telemetry.count_prioritize(result, cluster.config.per_node_metrics)
-        return Answer(encode_host_priority_list(result), _with_pod(result.summary, args.pod))
+        return Answer(codec.encode_host_priority_list(result), _with_pod(result.summary, args.pod))
 
     async def do_preempt(body: bytes) -> Answer:
-        args = decode_preemption_args(body)
+        args = codec.decode_preemption_args(body)
         result = extender.preempt(args)
         telemetry.count_preempt(result)
         return Answer(encode_preemption_result(result), _with_pod(result.summary, args.pod))

@@ -23,13 +23,11 @@ with atheris.instrument_imports():
     from loadext.core.extender import Extender
     from loadext.core.snapshot import SignalValues
     from loadext.http.protocol import (
+        Codec,
         ProtocolError,
         decode_binding_args,
-        decode_extender_args,
-        decode_preemption_args,
         encode_binding_result,
         encode_filter_result,
-        encode_host_priority_list,
         encode_preemption_result,
     )
 
@@ -38,7 +36,7 @@ signals:
   - {name: cpu, query: up, threshold: 0.8}
   - {name: memory, query: up, threshold: 0.9}
 """
-cluster = Cluster(parse_config(CONFIG))
+cluster, codec = Cluster(parse_config(CONFIG)), Codec()
 extender = Extender(cluster)
 now = time.time()
 cluster.refreshed(
@@ -50,7 +48,7 @@ cluster.refreshed(
 
 
 def filtered(body: bytes, node_details: bool) -> bytes:
-    request = decode_extender_args(body, node_details=node_details)
+    request = codec.decode_extender_args(body, node_details=node_details)
     return encode_filter_result(extender.filter(request.args), request.full_nodes)
 
 
@@ -63,11 +61,13 @@ def one_input(data: bytes) -> None:
             case 0:
                 reply = filtered(body, node_details=False)
             case 1:
-                reply = encode_host_priority_list(extender.prioritize(decode_extender_args(body, True).args))
+                reply = codec.encode_host_priority_list(
+                    extender.prioritize(codec.decode_extender_args(body, True).args)
+                )
             case 2:
                 reply = filtered(body, node_details=True)
             case 3:
-                reply = encode_preemption_result(extender.preempt(decode_preemption_args(body)))
+                reply = encode_preemption_result(extender.preempt(codec.decode_preemption_args(body)))
             case _:
                 reply = encode_binding_result("" if decode_binding_args(body).node else "no node")
     except ProtocolError:

@@ -214,38 +214,49 @@ def test_priority_fragments_cost_about_their_length() -> None:
 def test_the_same_pod_bytes_decode_once_and_a_changed_pod_anew() -> None:
     """filter and then prioritize carry the same Pod bytes: the second decode is the first's
     PodRef; a pod whose bytes differ (another pod, or the same one changed) is decoded again."""
-    from loadext.http.protocol import decode_extender_args
+    from loadext.http.protocol import Codec
 
-    body = fixture_bytes("filter-names.json")
-    first = decode_extender_args(body).args.pod
-    again = decode_extender_args(bytes(body)).args.pod  # equal bytes, another object
+    codec, body = Codec(), fixture_bytes("filter-names.json")
+    first = codec.decode_extender_args(body).args.pod
+    again = codec.decode_extender_args(bytes(body)).args.pod  # equal bytes, another object
     assert first is not None and again is first
     changed = json.loads(body)
     changed["Pod"]["metadata"]["name"] = "another"
-    other = decode_extender_args(orjson.dumps(changed)).args.pod
+    other = codec.decode_extender_args(orjson.dumps(changed)).args.pod
     assert other is not None and other is not first and other.name == "another"
+    # Another server's codec (another App in the process) shares none of it.
+    assert Codec().decode_extender_args(body).args.pod is not first
 
 
 def test_prioritize_shares_filters_name_list_when_the_bytes_are_equal() -> None:
     """prioritize gets the names filter passed, in filter's order: equal bytes share the list
     (the decision log keeps both calls); other names, or repeated ones, are decoded anew."""
-    from loadext.http.protocol import decode_extender_args
+    from loadext.http.protocol import Codec
 
-    body = json.loads(fixture_bytes("filter-names.json"))
-    first = decode_extender_args(orjson.dumps(body)).args.names
-    again = decode_extender_args(orjson.dumps(body)).args.names
+    codec, body = Codec(), json.loads(fixture_bytes("filter-names.json"))
+    first = codec.decode_extender_args(orjson.dumps(body)).args.names
+    again = codec.decode_extender_args(orjson.dumps(body)).args.names
     assert again is first and again == body["NodeNames"]
-    fewer = decode_extender_args(orjson.dumps({**body, "NodeNames": body["NodeNames"][1:]})).args.names
+    fewer = codec.decode_extender_args(orjson.dumps({**body, "NodeNames": body["NodeNames"][1:]})).args.names
     assert fewer == body["NodeNames"][1:]
     repeated = {**body, "NodeNames": ["a", "b", "a"]}
     for _ in range(2):  # the memo keeps the list with the repeat dropped
-        assert decode_extender_args(orjson.dumps(repeated)).args.names == ["a", "b"]
+        assert codec.decode_extender_args(orjson.dumps(repeated)).args.names == ["a", "b"]
 
 
 def test_a_bad_pod_is_refused_every_time_not_remembered() -> None:
-    from loadext.http.protocol import ProtocolError, decode_extender_args
+    from loadext.http.protocol import Codec, ProtocolError
 
-    bad = b'{"Pod": {"metadata": {"name": 7}}, "NodeNames": ["a"]}'
+    codec, bad = Codec(), b'{"Pod": {"metadata": {"name": 7}}, "NodeNames": ["a"]}'
     for _ in range(2):
         with pytest.raises(ProtocolError, match=r"Pod\.metadata\.name"):
-            decode_extender_args(bad)
+            codec.decode_extender_args(bad)
+
+
+def test_two_apps_in_one_process_share_no_wire_cache() -> None:
+    """The codec's caches are the App's: a second App decodes the same bytes for itself."""
+    first, second = stored_app(), stored_app()
+    body = fixture_bytes("filter-names.json")
+    pod = first.server.codec.decode_extender_args(body).args.pod
+    assert pod is not None and first.server.codec.decode_extender_args(body).args.pod is pod
+    assert second.server.codec.decode_extender_args(body).args.pod is not pod

@@ -23,7 +23,7 @@ from loadext.core.herd.stranded import FORGET_AFTER, RENUDGE_AFTER, StrandedPods
 from loadext.core.herd.usage import Usage
 from loadext.core.requests import BoundPod, PodRef
 from loadext.core.snapshot import SignalValues
-from loadext.http.protocol import decode_extender_args
+from loadext.http.protocol import Codec
 from loadext.sources import requeue
 
 HOT = """
@@ -34,7 +34,7 @@ signals:
 herdGuard: {enabled: %s, window: 5m, soft: false, burstCap: %d}
 """
 MEMORY = {"ceph1": 0.3, "ceph2": 0.3, "ceph3": 0.3}
-POD_UID = decode_extender_args(fixture_bytes("filter-names.json")).args.pod.uid  # type: ignore[union-attr]
+POD_UID = Codec().decode_extender_args(fixture_bytes("filter-names.json")).args.pod.uid  # type: ignore[union-attr]
 
 
 def publish(app: App, cpu: dict[str, float]) -> None:

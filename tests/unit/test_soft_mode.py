@@ -13,7 +13,7 @@ from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.app import App
 from loadext.core.herd.usage import Usage
-from loadext.http.protocol import decode_extender_args
+from loadext.http.protocol import Codec
 
 GUARD = """
 prometheus: {url: "http://127.0.0.1:1"}
@@ -42,7 +42,7 @@ async def filter_names(aiohttp_client: Any, app: App) -> tuple[dict[str, Any], s
 
 def one_pod_placed_on_every_node(app: App) -> None:
     cluster = app.cluster
-    pod = decode_extender_args(fixture_bytes("filter-names.json")).args.pod
+    pod = Codec().decode_extender_args(fixture_bytes("filter-names.json")).args.pod
     assert pod is not None
     for node in ("ceph1", "ceph2", "ceph3"):
         cluster.herd.place(f"recent-{node}", node, time.time(), cluster.herd.estimate(pod).usage)
@@ -93,7 +93,7 @@ def three_pods_in_flight_on_ceph2() -> tuple[App, Usage]:
     Returns the app and the pod's estimate."""
     ext = stored_app(GUARD % "0", {"ceph1": 0.76, "ceph2": 0.70, "ceph3": 0.78}, MEMORY)  # burstCap 10
     cluster = ext.cluster
-    pod = decode_extender_args(fixture_bytes("filter-names.json")).args.pod
+    pod = Codec().decode_extender_args(fixture_bytes("filter-names.json")).args.pod
     assert pod is not None
     for node in ("ceph1", "ceph2", "ceph3"):
         cluster.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})

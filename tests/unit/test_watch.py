@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from loadext.http.protocol import decode_extender_args
+from loadext.http.protocol import Codec
 from loadext.sources.kube import ListWatch, bound_pod
 from loadext.sources.objects import Node, Pod
 
@@ -131,7 +131,7 @@ def test_times_go_writes_as_null_decode_on_both_paths() -> None:
     }
     bound = bound_pod(msgspec.json.decode(orjson.dumps(raw), type=Pod))
     assert bound is not None and bound.node == "n1" and bound.placed_at == 0.0
-    request = decode_extender_args(orjson.dumps({"Pod": raw, "NodeNames": ["n1"]}))
+    request = Codec().decode_extender_args(orjson.dumps({"Pod": raw, "NodeNames": ["n1"]}))
     assert request.args.pod is not None and request.args.pod.uid == "u"
 
 
