@@ -17,8 +17,8 @@ from prometheus_client.registry import Collector
 
 from loadext import __version__
 from loadext.config import Config
-from loadext.core.extender import FilterResult, PreemptResult, PrioritizeResult, Rejections
 from loadext.core.policy import NodeState
+from loadext.core.results import FilterResult, PreemptResult, PrioritizeResult, Rejections
 
 VERBS = ("filter", "prioritize", "preempt", "bind")
 # bad_request: 400 or 413; timeout: 408 (body too slow); overloaded: 503 (limits.py);

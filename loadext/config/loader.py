@@ -17,13 +17,12 @@ import yaml
 from loadext.config.presets import DEFAULT_THRESHOLDS, PRESETS
 from loadext.config.promql import syntax_error
 from loadext.config.schema import (
-    DEFAULT_POD_USAGE,
     FAILURE_POLICIES,
+    FILTER_MODES,
     IDENTITY_KINDS,
     MISSING_DATA_POLICIES,
     REJECTION_KINDS,
     SIGNAL_NAME,
-    STRATEGIES,
     Config,
     ConfigError,
     FieldError,
@@ -33,9 +32,13 @@ from loadext.config.schema import (
     PrometheusConfig,
     Scoring,
     Signal,
+    default_of,
     derive_window,
+    key_of,
 )
 from loadext.config.units import parse_duration, quantity
+from loadext.scoring import STRATEGIES
+from loadext.scoring.base import ParamKind
 
 T = TypeVar("T")
 
@@ -123,6 +126,14 @@ class _Section:
 
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
+
+    def setting(self, cls: type, name: str, convert: Callable[[Any], T], default: Any = None) -> T:
+        """The field `name` of the config dataclass `cls`, read at its key (the last part of a
+        dotted one: the caller holds the section), defaulting to the dataclass's default
+        unless `default` (one that depends on other settings) is given."""
+        key = key_of(cls, name).rpartition(".")[2]
+        value: T = self.get(key, convert, default_of(cls, name) if default is None else default)
+        return value
 
     def get(self, key: str, convert: Callable[[Any], T], default: T) -> T:
         self.seen.add(key)
@@ -289,10 +300,10 @@ def _build(doc: _Section) -> Config:
         doc.errors.append(FieldError("prometheus.url", prom.line, "is required"))
     prometheus = PrometheusConfig(
         url=prom.get("url", _url, ""),
-        timeout=prom.get("timeout", _positive_duration, 2.0),
-        bearer_token_file=prom.get("bearerTokenFile", _string, None),
-        ca_file=prom.get("caFile", _string, None),
-        insecure_skip_verify=prom.get("insecureSkipVerify", _boolean, False),
+        timeout=prom.setting(PrometheusConfig, "timeout", _positive_duration),
+        bearer_token_file=prom.setting(PrometheusConfig, "bearer_token_file", _string),
+        ca_file=prom.setting(PrometheusConfig, "ca_file", _string),
+        insecure_skip_verify=prom.setting(PrometheusConfig, "insecure_skip_verify", _boolean),
     )
     prom.finish()
 
@@ -301,13 +312,13 @@ def _build(doc: _Section) -> Config:
 
     ident = doc.section("nodeIdentity")
     identity = NodeIdentity(
-        label=ident.get("label", _string, preset.identity_label if preset else "node"),
-        kind=ident.get("kind", _choice(*IDENTITY_KINDS), preset.identity_kind if preset else "name"),
+        label=ident.setting(NodeIdentity, "label", _string, preset.identity_label if preset else None),
+        kind=ident.setting(NodeIdentity, "kind", _choice(*IDENTITY_KINDS), preset.identity_kind if preset else None),
     )
     ident.finish()
 
-    refresh = doc.get("refreshInterval", _positive_duration, 15.0)
-    max_age = doc.get("maxDataAge", _positive_duration, 60.0)
+    refresh = doc.setting(Config, "refresh_interval", _positive_duration)
+    max_age = doc.setting(Config, "max_data_age", _positive_duration)
     if max_age < refresh and doc.has("maxDataAge"):
         doc.error(
             "maxDataAge",
@@ -316,20 +327,13 @@ def _build(doc: _Section) -> Config:
 
     signals = _signals(doc, preset.queries if preset else {})
 
-    scoring_section = doc.section("scoring")
-    scoring = Scoring(
-        strategy=scoring_section.get("strategy", _choice(*STRATEGIES), "leastLoaded"),
-        target_utilization=scoring_section.get("targetUtilization", _ratio, 0.6),
-        risk_window=scoring_section.get("riskWindow", _positive_duration, 600.0),
-        risk_k=scoring_section.get("riskStdDevs", _weight, 1.0),
-    )
-    scoring_section.finish()
+    scoring = _scoring(doc.section("scoring"))
 
     bind = doc.section("bind")
-    bind_enabled = bind.get("enabled", _boolean, False)
+    bind_enabled = bind.setting(Config, "bind_enabled", _boolean)
     bind.finish()
     telemetry = doc.section("telemetry")
-    per_node = telemetry.get("perNodeMetrics", _boolean, True)
+    per_node = telemetry.setting(Config, "per_node_metrics", _boolean)
     telemetry.finish()
 
     config = Config(
@@ -339,18 +343,38 @@ def _build(doc: _Section) -> Config:
         preset=preset_name,
         refresh_interval=refresh,
         max_data_age=max_age,
-        missing_data=doc.get("missingData", _choice(*MISSING_DATA_POLICIES), "pass"),
-        failure_policy=doc.get("failurePolicy", _choice(*FAILURE_POLICIES), "open"),
+        missing_data=doc.setting(Config, "missing_data", _choice(*MISSING_DATA_POLICIES)),
+        failure_policy=doc.setting(Config, "failure_policy", _choice(*FAILURE_POLICIES)),
         scoring=scoring,
-        rejected_nodes=doc.get("rejectedNodes", _choice(*REJECTION_KINDS), "unresolvable"),
+        rejected_nodes=doc.setting(Config, "rejected_nodes", _choice(*REJECTION_KINDS)),
         bind_enabled=bind_enabled,
         per_node_metrics=per_node,
         pools=_pools(doc, signals),
         herd_guard=_herd_guard(doc, signals, refresh),
-        filter_mode=doc.get("filterMode", _choice("hard", "soft"), "hard"),
+        filter_mode=doc.setting(Config, "filter_mode", _choice(*FILTER_MODES)),
     )
     doc.finish()
     return config
+
+
+_PARAM_READERS: dict[ParamKind, Callable[[Any], float]] = {
+    "ratio": _ratio,
+    "duration": _positive_duration,
+    "nonnegative": _weight,
+}
+
+
+def _scoring(section: _Section) -> Scoring:
+    """The strategy and its parameters, as loadext/scoring/ declares them. Every strategy's
+    parameters are read and checked, whichever is chosen, so that switching strategies is one
+    line and a typo in another's parameter is still an error."""
+    name = section.setting(Scoring, "strategy", _choice(*STRATEGIES))
+    read = {
+        strategy: tuple((p.key, section.get(p.key, _PARAM_READERS[p.kind], p.default)) for p in spec.params)
+        for strategy, spec in STRATEGIES.items()
+    }
+    section.finish()
+    return Scoring(name, read[name])
 
 
 def _quantity(value: Any) -> float:
@@ -371,16 +395,18 @@ def _herd_guard(doc: _Section, signals: tuple[Signal, ...], refresh: float) -> H
     best_effort = section.section("bestEffort")
     pod_usage = section.section("podUsage")
     guard = HerdGuard(
-        enabled=section.get("enabled", _boolean, False),
-        window=section.get("window", _positive_duration, derive_window((s.query for s in signals), refresh)),
-        cpu_limit_factor=section.get("cpuLimitFactor", _ratio, 0.85),
-        memory_limit_factor=section.get("memoryLimitFactor", _ratio, 0.7),
-        best_effort_cpu=best_effort.get("cpu", _quantity, 0.25),
-        best_effort_memory=best_effort.get("memory", _quantity, 200.0 * 1024 * 1024),
-        burst_cap=section.get("burstCap", _count, 0),
-        soft=section.get("soft", _boolean, True),
-        pod_usage_cpu=pod_usage.get("cpu", _promql_or_off, DEFAULT_POD_USAGE["cpu"]),
-        pod_usage_memory=pod_usage.get("memory", _promql_or_off, DEFAULT_POD_USAGE["memory"]),
+        enabled=section.setting(HerdGuard, "enabled", _boolean),
+        window=section.setting(
+            HerdGuard, "window", _positive_duration, derive_window((s.query for s in signals), refresh)
+        ),
+        cpu_limit_factor=section.setting(HerdGuard, "cpu_limit_factor", _ratio),
+        memory_limit_factor=section.setting(HerdGuard, "memory_limit_factor", _ratio),
+        best_effort_cpu=best_effort.setting(HerdGuard, "best_effort_cpu", _quantity),
+        best_effort_memory=best_effort.setting(HerdGuard, "best_effort_memory", _quantity),
+        burst_cap=section.setting(HerdGuard, "burst_cap", _count),
+        soft=section.setting(HerdGuard, "soft", _boolean),
+        pod_usage_cpu=pod_usage.setting(HerdGuard, "pod_usage_cpu", _promql_or_off),
+        pod_usage_memory=pod_usage.setting(HerdGuard, "pod_usage_memory", _promql_or_off),
     )
     pod_usage.finish()
     best_effort.finish()
@@ -453,8 +479,13 @@ def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
 
 def _default_spec(name: str, query: str | None) -> dict[str, Any]:
     """A signal's settings before the user's entry: a preset's query (or none), the default
-    threshold for its name, weight 1, not hard."""
-    return {"query": query, "threshold": DEFAULT_THRESHOLDS.get(name), "weight": 1.0, "hard": False}
+    threshold for its name, and Signal's defaults for the rest."""
+    return {
+        "query": query,
+        "threshold": DEFAULT_THRESHOLDS.get(name),
+        "weight": default_of(Signal, "weight"),
+        "hard": default_of(Signal, "hard"),
+    }
 
 
 def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...]:

@@ -2,57 +2,91 @@
 
 Only the loader (loader.py) builds these; everything else treats them as values. `Config.hash`
 names one effective config in metrics and logs, so dashboards can show which one is live.
+
+Each setting is written once, here: its YAML key (`setting(key=...)`, a dotted path under its
+section where the YAML nests it) and its default. The loader reads keys and defaults from these
+fields, and tests check that the chart's values and the config fuzzer know every key
+(`setting_keys`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
+from typing import Any
+
+from loadext.scoring import DEFAULT_STRATEGY, STRATEGIES
 
 MISSING_DATA_POLICIES = ("pass", "reject")
 FAILURE_POLICIES = ("open", "closed")
-STRATEGIES = ("leastLoaded", "targetUtilization", "riskAware")
 REJECTION_KINDS = ("unresolvable", "unschedulable")
 IDENTITY_KINDS = ("name", "address")
+FILTER_MODES = ("hard", "soft")
 SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+def setting(key: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    """A field with the YAML key SREs write for it; its default is the one default there is."""
+    return field(default=default, metadata={"key": key}, **kwargs)
+
+
+def key_of(cls: type, name: str) -> str:
+    """The YAML key (a dotted path within its section) of a field of a config dataclass."""
+    key: str = cls.__dataclass_fields__[name].metadata["key"]  # type: ignore[attr-defined]
+    return key
+
+
+def default_of(cls: type, name: str) -> Any:
+    """A field's default, as the dataclass declares it."""
+    found = cls.__dataclass_fields__[name]  # type: ignore[attr-defined]
+    if found.default is not dataclasses.MISSING:
+        return found.default
+    if found.default_factory is not dataclasses.MISSING:
+        return found.default_factory()
+    raise KeyError(f"{cls.__name__}.{name} has no default")
 
 
 @dataclass(frozen=True)
 class PrometheusConfig:
-    url: str
-    timeout: float = 2.0
-    bearer_token_file: str | None = None
-    ca_file: str | None = None
-    insecure_skip_verify: bool = False
+    url: str = setting("url")
+    timeout: float = setting("timeout", 2.0)
+    bearer_token_file: str | None = setting("bearerTokenFile", None)
+    ca_file: str | None = setting("caFile", None)
+    insecure_skip_verify: bool = setting("insecureSkipVerify", False)
 
 
 @dataclass(frozen=True)
 class Signal:
     """One PromQL instant query yielding a 0..1 utilisation per node."""
 
-    name: str
-    query: str
-    threshold: float | None
-    weight: float
-    hard: bool = False  # with filterMode soft: still refuse on this signal, even if every node is over
+    name: str = setting("name")
+    query: str = setting("query")
+    threshold: float | None = setting("threshold")  # the default depends on the name: presets.DEFAULT_THRESHOLDS
+    weight: float = setting("weight", 1.0)
+    hard: bool = setting("hard", False)  # with filterMode soft: still refuse on this signal, even if every node is over
 
 
 @dataclass(frozen=True)
 class NodeIdentity:
-    label: str
-    kind: str  # "name": the label holds the node name; "address": IP[:port] of an InternalIP
+    label: str = setting("label", "node")  # a preset may set its own
+    kind: str = setting("kind", "name")  # "name": the label holds the node name; "address": IP[:port] of an InternalIP
 
 
 @dataclass(frozen=True)
 class Scoring:
-    strategy: str = "leastLoaded"
-    target_utilization: float = 0.6
-    risk_window: float = 600.0  # riskAware: the window of the mean and standard deviation
-    risk_k: float = 1.0  # riskAware: how many standard deviations count as risk
+    """The strategy and its parameters by config key (loadext/scoring/ declares both, with
+    their defaults); the parameters of the strategy in force only."""
+
+    strategy: str = setting("strategy", DEFAULT_STRATEGY)
+    params: tuple[tuple[str, float], ...] = ()
+
+    def param(self, key: str) -> float:
+        return dict(self.params)[key]
 
 
 # cAdvisor's series as the kubelet serves them (kube-prometheus-stack scrapes them as is):
@@ -67,19 +101,19 @@ DEFAULT_POD_USAGE = {
 
 @dataclass(frozen=True)
 class HerdGuard:
-    """Count recent placements until metrics show them; see herd.py for the estimate rule."""
+    """Count recent placements until metrics show them; see core/herd/ for the estimate rule."""
 
-    enabled: bool = False
-    window: float = 0.0  # seconds; 0 = derived from the signals' rate windows (see derive_window)
-    cpu_limit_factor: float = 0.85
-    memory_limit_factor: float = 0.7
-    best_effort_cpu: float = 0.25  # cores
-    best_effort_memory: float = 200.0 * 1024 * 1024  # bytes
-    burst_cap: int = 0  # most placements per node per window; 0 = no cap
-    soft: bool = True  # never refuse every candidate only because of estimates or the burst cap
-    # Pods' own usage (core/usage.py), by namespace and pod; "" turns a resource's learning off.
-    pod_usage_cpu: str = DEFAULT_POD_USAGE["cpu"]  # cores
-    pod_usage_memory: str = DEFAULT_POD_USAGE["memory"]  # bytes
+    enabled: bool = setting("enabled", False)
+    window: float = setting("window", 0.0)  # seconds; 0 = derived from the signals' rate windows (derive_window)
+    cpu_limit_factor: float = setting("cpuLimitFactor", 0.85)
+    memory_limit_factor: float = setting("memoryLimitFactor", 0.7)
+    best_effort_cpu: float = setting("bestEffort.cpu", 0.25)  # cores
+    best_effort_memory: float = setting("bestEffort.memory", 200.0 * 1024 * 1024)  # bytes
+    burst_cap: int = setting("burstCap", 0)  # most placements per node per window; 0 = no cap
+    soft: bool = setting("soft", True)  # never refuse every candidate only because of estimates or the burst cap
+    # Pods' own usage (core/herd/learned.py), by namespace and pod; "" turns a resource's learning off.
+    pod_usage_cpu: str = setting("podUsage.cpu", DEFAULT_POD_USAGE["cpu"])  # cores
+    pod_usage_memory: str = setting("podUsage.memory", DEFAULT_POD_USAGE["memory"])  # bytes
 
     @cached_property
     def pod_usage_settle(self) -> float:
@@ -122,9 +156,9 @@ def derive_window(queries: Iterable[str], refresh_interval: float) -> float:
 class Pool:
     """Signal overrides for the nodes whose labels match `node_selector` (all pairs must match)."""
 
-    name: str
-    node_selector: tuple[tuple[str, str], ...]
-    signals: tuple[Signal, ...]  # the full signal list with this pool's thresholds and weights
+    name: str = setting("name")
+    node_selector: tuple[tuple[str, str], ...] = setting("nodeSelector")
+    signals: tuple[Signal, ...] = setting("signals")  # the full signal list with this pool's thresholds and weights
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.node_selector)
@@ -132,37 +166,28 @@ class Pool:
 
 @dataclass(frozen=True)
 class Config:
-    prometheus: PrometheusConfig
-    signals: tuple[Signal, ...]
-    node_identity: NodeIdentity
-    preset: str | None = None
-    refresh_interval: float = 15.0
-    max_data_age: float = 60.0
-    missing_data: str = "pass"
-    failure_policy: str = "open"
-    scoring: Scoring = field(default_factory=Scoring)
-    rejected_nodes: str = "unresolvable"
-    bind_enabled: bool = False
-    per_node_metrics: bool = True
-    pools: tuple[Pool, ...] = ()
-    herd_guard: HerdGuard = field(default_factory=HerdGuard)
-    filter_mode: str = "hard"  # soft: when every candidate is over a threshold, pass the least hot
+    prometheus: PrometheusConfig = setting("prometheus")
+    signals: tuple[Signal, ...] = setting("signals")
+    node_identity: NodeIdentity = setting("nodeIdentity", default_factory=NodeIdentity)
+    preset: str | None = setting("preset", None)
+    refresh_interval: float = setting("refreshInterval", 15.0)
+    max_data_age: float = setting("maxDataAge", 60.0)
+    missing_data: str = setting("missingData", "pass")
+    failure_policy: str = setting("failurePolicy", "open")
+    scoring: Scoring = setting("scoring", default_factory=Scoring)
+    rejected_nodes: str = setting("rejectedNodes", "unresolvable")
+    bind_enabled: bool = setting("bind.enabled", False)
+    per_node_metrics: bool = setting("telemetry.perNodeMetrics", True)
+    pools: tuple[Pool, ...] = setting("pools", ())
+    herd_guard: HerdGuard = setting("herdGuard", default_factory=HerdGuard)
+    filter_mode: str = setting(
+        "filterMode", "hard"
+    )  # soft: when every candidate is over a threshold, pass the least hot
 
     def query_for(self, signal: Signal) -> str:
-        """The PromQL actually sent. riskAware adds the window's mean and standard deviation to
-        the current value in the same query (a `loadext_stat` label tells them apart), so it
-        stays one query per signal per refresh."""
-        if self.scoring.strategy != "riskAware":
-            return signal.query
-        window = f"{max(int(self.scoring.risk_window), 1)}s:{max(int(self.refresh_interval), 1)}s"
-        stat = 'label_replace({expr}, "loadext_stat", "{name}", "", "")'
-        return " or ".join(
-            [
-                stat.format(expr=f"({signal.query})", name="current"),
-                stat.format(expr=f"avg_over_time(({signal.query})[{window}])", name="mean"),
-                stat.format(expr=f"stddev_over_time(({signal.query})[{window}])", name="stddev"),
-            ]
-        )
+        """The PromQL actually sent: the signal's, in the shape its scoring strategy reads
+        (scoring/base.py Strategy.query)."""
+        return STRATEGIES[self.scoring.strategy].query(signal.query, dict(self.scoring.params), self.refresh_interval)
 
     def pool_for(self, labels: Mapping[str, str] | None) -> Pool | None:
         """The first pool, in config order, whose selector matches; None: the top-level signals."""
@@ -175,6 +200,31 @@ class Config:
         """A short digest of the effective config, so dashboards can show which one is live."""
         canonical = json.dumps(asdict(self), sort_keys=True).encode()
         return hashlib.sha256(canonical).hexdigest()[:12]
+
+
+# Which dataclass holds the settings of each section of the document, by its YAML key.
+SECTIONS: dict[str, type] = {
+    "": Config,
+    "prometheus": PrometheusConfig,
+    "nodeIdentity": NodeIdentity,
+    "signals[]": Signal,
+    "scoring": Scoring,
+    "herdGuard": HerdGuard,
+    "pools[]": Pool,
+}
+
+
+def setting_keys() -> Iterator[str]:
+    """Every key a config document may hold, as a dotted path (`herdGuard.bestEffort.cpu`,
+    `signals[].threshold`, `scoring.riskWindow`): from the fields' keys, and for scoring from
+    each strategy's parameters."""
+    for section, cls in SECTIONS.items():
+        for item in dataclasses.fields(cls):
+            if "key" in item.metadata:
+                yield f"{section}.{item.metadata['key']}" if section else item.metadata["key"]
+    for strategy in STRATEGIES.values():
+        for param in strategy.params:
+            yield f"scoring.{param.key}"
 
 
 @dataclass(frozen=True)

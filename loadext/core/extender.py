@@ -12,66 +12,20 @@ import logging
 import random
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter, not_
-from typing import Any
 
 from loadext.core.cluster import Cluster
 from loadext.core.decisions import Decision, DecisionLog
 from loadext.core.herd.usage import Usage
 from loadext.core.policy import DecisionTable, Verdict, heat, soft_choice
-from loadext.core.requests import ExtenderArgs, PreemptionArgs, Victims
+from loadext.core.requests import ExtenderArgs, PreemptionArgs
+from loadext.core.results import FilterResult, PreemptResult, PrioritizeResult, Rejections
 
 log = logging.getLogger(__name__)
 _PASSED, _REASON, _SCORE = attrgetter("passed"), attrgetter("reason"), attrgetter("score")
 
-Rejections = tuple[tuple[str, str, int], ...]  # (signal, cause, nodes refused)
 Judged = tuple[DecisionTable, list[str], list[Verdict] | None]  # table, identities, corrected verdicts
-
-
-@dataclass(frozen=True, slots=True)
-class FilterResult:
-    names: list[str]
-    passed: list[str]  # the names that pass, in the request's order
-    flags: list[bool] | None  # passed or not, aligned with names; None when every name passed
-    rejected: dict[str, str]  # node -> reason
-    unresolvable: bool  # rejectedNodes: unresolvable (FailedAndUnresolvableNodes), else FailedNodes
-    rejections: Rejections
-    soft: str = ""  # "" or why soft mode passed nodes every verdict refused (herd, threshold)
-
-    def summary(self) -> dict[str, Any]:
-        summary: dict[str, Any] = {
-            "nodes": len(self.names),
-            "passed": len(self.passed),
-            "rejected": dict(Tally(self.rejected.values())),
-        }
-        if self.soft:
-            summary["soft"] = self.soft
-        return summary
-
-
-@dataclass(frozen=True, slots=True)
-class PrioritizeResult:
-    names: list[str]
-    scores: list[int]  # 0..10, aligned with names
-    best: int | None  # index of a top score (ties: see top_pick); None for no candidates
-
-    def summary(self) -> dict[str, Any]:
-        summary: dict[str, Any] = {"nodes": len(self.names)}
-        if self.best is not None:
-            summary["best"] = {"node": self.names[self.best], "score": self.scores[self.best]}
-        return summary
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptResult:
-    candidates: int
-    kept: dict[str, Victims]
-    rejections: Rejections
-
-    def summary(self) -> dict[str, Any]:
-        return {"nodes": self.candidates, "passed": len(self.kept)}
 
 
 class Extender:

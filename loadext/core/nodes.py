@@ -8,26 +8,11 @@ Node list/watch. Both feed the NodeDirectory.
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
-
-def normalise_address(value: str) -> str | None:
-    """'10.0.0.7:9100' -> '10.0.0.7'; '[fd00::7]:9100' -> 'fd00::7'; not an IP -> None."""
-    text = value.strip()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            return None
-        text = text[1:end]
-    elif text.count(":") == 1:
-        text = text.split(":", 1)[0]
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        return None
+from loadext.core.identity import normalise_address
 
 
 class NodeDirectory:

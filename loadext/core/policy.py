@@ -14,7 +14,8 @@ from typing import TypeVar
 
 from loadext.config import Config, Pool, Signal
 from loadext.core.snapshot import Sample, Snapshot
-from loadext.core.strategies import NEUTRAL, combine, strategy_for
+from loadext.scoring import STRATEGIES
+from loadext.scoring.base import NEUTRAL, combine
 
 MAX_EXTENDER_PRIORITY = 10  # k8s.io/kube-scheduler/extender/v1: scores are 0..10
 
@@ -105,7 +106,7 @@ def is_degraded(snapshot: Snapshot, config: Config, now: float) -> bool:
 def judge(samples: Mapping[str, Sample], config: Config, now: float, pool: Pool | None = None) -> Verdict:
     """One node: reject if any thresholded signal is above it, else score by the strategy.
     A node in a pool is judged by that pool's thresholds and weights."""
-    strategy = strategy_for(config.scoring)
+    strategy = STRATEGIES[config.scoring.strategy].make(dict(config.scoring.params))
     over: list[str] = []
     rejected_by: list[tuple[str, str]] = []
     parts: list[tuple[float, float]] = []

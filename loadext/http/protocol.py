@@ -17,9 +17,9 @@ from typing import Any
 import msgspec
 import orjson
 
-from loadext.core.extender import FilterResult, PreemptResult, PrioritizeResult
 from loadext.core.policy import MAX_EXTENDER_PRIORITY
 from loadext.core.requests import BindingArgs, ExtenderArgs, PodRef, PreemptionArgs, Victims
+from loadext.core.results import FilterResult, PreemptResult, PrioritizeResult
 from loadext.sources.objects import Node, NonEmpty, Pod
 
 

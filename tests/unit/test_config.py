@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
+import yaml
 
 from loadext.config import ConfigError, parse_config, parse_duration
 from loadext.config.presets import PRESETS
+from loadext.config.schema import setting_keys
 
 BASE = 'prometheus: {url: "http://prometheus:9090"}\n'
 
@@ -141,3 +146,49 @@ def test_hash_tracks_effective_config_not_formatting() -> None:
     b = parse_config("# a comment\n" + BASE + "preset: kube-prometheus\nrefreshInterval: 15s\n")
     c = parse_config(BASE + "preset: kube-prometheus\nrefreshInterval: 10s\n")
     assert a.hash == b.hash != c.hash
+
+
+VALUES = Path(__file__).resolve().parents[2] / "charts" / "loadext" / "values.yaml"
+
+
+def _chart_config() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The chart's `config` value, and its commented block of every other setting, parsed."""
+    text = VALUES.read_text()
+    active = yaml.safe_load(text)["config"]
+    block = text[text.index("  # Every other setting") :].splitlines()[2:]
+    reference = yaml.safe_load("\n".join(line.removeprefix("  # ") for line in block if line.startswith("  # ")))
+    return active, reference
+
+
+def _paths(value: Any, prefix: str = "") -> set[str]:
+    if isinstance(value, dict):
+        found = set()
+        for key, item in value.items():
+            path = f"{prefix}.{key}" if prefix else key
+            found |= {path} | _paths(item, path)
+        return found
+    if isinstance(value, list) and value:
+        return _paths(value[0], prefix + "[]")
+    return set()
+
+
+def test_the_charts_values_name_every_setting() -> None:
+    active, reference = _chart_config()
+    missing = set(setting_keys()) - _paths(active) - _paths(reference)
+    assert not missing, f"charts/loadext/values.yaml does not name {sorted(missing)}"
+
+
+def test_the_charts_documented_defaults_are_the_defaults() -> None:
+    """The commented block, applied over the chart's config, changes nothing (its examples of
+    lists and its derived values aside)."""
+    active, reference = _chart_config()
+
+    def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+        out = dict(base)
+        for key, value in extra.items():
+            if value is None or key in ("signals", "pools"):
+                continue
+            out[key] = merged(out.get(key) or {}, value) if isinstance(value, dict) else value
+        return out
+
+    assert parse_config(yaml.safe_dump(merged(active, reference))) == parse_config(yaml.safe_dump(active))

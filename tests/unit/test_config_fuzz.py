@@ -12,15 +12,11 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from loadext.config import ConfigError, parse_config
+from loadext.config.schema import setting_keys
 from loadext.core.cluster import Cluster
 
-KEYS = [
-    "prometheus", "url", "timeout", "bearerTokenFile", "caFile", "insecureSkipVerify", "preset", "nodeIdentity",
-    "label", "kind", "refreshInterval", "maxDataAge", "signals", "name", "query", "threshold", "weight",
-    "scoring", "strategy", "targetUtilization", "riskWindow", "riskStdDevs", "missingData", "failurePolicy",
-    "rejectedNodes", "bind", "enabled", "telemetry", "perNodeMetrics", "pools", "selector", "herdGuard",
-    "cpuLimitFactor", "memoryLimitFactor", "burstCap", "bestEffort", "cpu", "memory", "window", "nodeSelector",
-]  # fmt: skip
+# Every key a document may hold (config/schema.py names them once), each at any depth.
+KEYS = sorted({part.removesuffix("[]") for key in setting_keys() for part in key.split(".")})
 SCALARS = (
     st.none()
     | st.booleans()

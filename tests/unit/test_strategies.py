@@ -1,13 +1,18 @@
-"""Each scoring strategy against the formula in its docstring (loadext/core/strategies.py), at
-the points that pin the curve: idle, the target, full load, and the window statistics."""
+"""Each scoring strategy against the formula in its module's docstring (loadext/scoring/), at
+the points that pin the curve: idle, the target, full load, and the window statistics; and the
+registry: what the loader reads of each strategy, and the query shape it sends."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadext.config import parse_config
+from loadext.config import ConfigError, parse_config
 from loadext.core.snapshot import Sample
-from loadext.core.strategies import NEUTRAL, combine, least_loaded, risk_aware, strategy_for, target_utilization
+from loadext.scoring import STRATEGIES
+from loadext.scoring.base import NEUTRAL, combine
+from loadext.scoring.least_loaded import free_share as least_loaded
+from loadext.scoring.risk_aware import risk as risk_aware
+from loadext.scoring.target_utilization import curve as target_utilization
 
 NOW = 1_000_000.0
 
@@ -58,7 +63,29 @@ def test_combine_is_the_weighted_mean_on_the_extender_scale() -> None:
 )
 def test_strategy_for_follows_the_config(scoring: str, sample: Sample, expected: float | None) -> None:
     config = parse_config(f'prometheus: {{url: "http://p:9090"}}\npreset: kube-prometheus\n{scoring}\n')
-    strategy = strategy_for(config.scoring)
+    strategy = STRATEGIES[config.scoring.strategy].make(dict(config.scoring.params))
     if expected is None:  # riskAware: the config's k decides, the mean alone does not
-        expected = 1.0 - min(1.0, 0.5 + config.scoring.risk_k * 0.1)
+        expected = 1.0 - min(1.0, 0.5 + config.scoring.param("riskStdDevs") * 0.1)
     assert strategy(sample) == pytest.approx(expected)
+
+
+BASE = 'prometheus: {url: "http://p:9090"}\nsignals: [{name: cpu, query: "up", threshold: 0.8}]\n'
+
+
+def test_the_loader_takes_each_strategys_parameters_and_defaults_from_the_registry() -> None:
+    for name, strategy in STRATEGIES.items():
+        scoring = parse_config(BASE + f"scoring: {{strategy: {name}}}\n").scoring
+        assert scoring.params == tuple((p.key, p.default) for p in strategy.params)
+    chosen = parse_config(BASE + "scoring: {strategy: riskAware, riskWindow: 5m, targetUtilization: 0.5}\n")
+    assert dict(chosen.scoring.params) == {"riskWindow": 300.0, "riskStdDevs": 1.0}  # the chosen one's only
+    with pytest.raises(ConfigError, match=r"scoring\.targetUtilization: must be a ratio"):
+        parse_config(BASE + "scoring: {strategy: riskAware, targetUtilization: 7}\n")  # another's, still checked
+
+
+def test_only_a_windowed_strategy_reshapes_the_query() -> None:
+    plain = parse_config(BASE)
+    assert plain.query_for(plain.signals[0]) == "up"
+    risky = parse_config(BASE + "scoring: {strategy: riskAware, riskWindow: 10m}\nrefreshInterval: 15s\n")
+    sent = risky.query_for(risky.signals[0])
+    assert 'avg_over_time((up)[600s:15s]), "loadext_stat", "mean"' in sent
+    assert 'stddev_over_time((up)[600s:15s]), "loadext_stat", "stddev"' in sent
