@@ -1,75 +1,31 @@
-"""Command line: serve, check-config, explain, replay.
+"""Command line: argparse and dispatch for serve, check-config, explain and replay.
 
 Exit codes (the same for every command; `loadext --help` lists them): 0 ok; 1 invalid config
 or unreadable input; 2 usage error; 3 Prometheus failed a query or had no data for it. Every
-failure is one line on stderr, never a traceback.
+failure is one line on stderr, never a traceback. The commands themselves are in commands/.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
-from dataclasses import replace
-from typing import Any
-
-import orjson
 
 from loadext import __version__
-from loadext.config import ConfigError, load_config, parse_duration
+from loadext.commands import EXIT_INVALID, EXIT_PROMETHEUS, NoData
+from loadext.commands import check_config as check_config_command
+from loadext.commands import explain as explain_command
+from loadext.commands import replay as replay_command
+from loadext.commands.arguments import (
+    configmap_ref,
+    duration,
+    parse_listen,
+    parse_size,
+    positive_duration,
+    positive_int,
+)
+from loadext.config import ConfigError
 from loadext.logs import configure as configure_logs
-from loadext.sources.prometheus import PrometheusSource, QueryError, QueryResult
-
-log = logging.getLogger("loadext")
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """'HOST:PORT', '[::1]:PORT' or ':PORT' (all interfaces)."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def parse_size(value: str) -> int:
-    """'256Mi', '64M', '1Gi' or plain bytes."""
-    units = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "K": 1000, "M": 1000**2, "G": 1000**3}
-    for suffix, factor in units.items():
-        if value.endswith(suffix) and value[: -len(suffix)].isdigit():
-            return int(value[: -len(suffix)]) * factor
-    if value.isdigit():
-        return int(value)
-    raise argparse.ArgumentTypeError(f"{value!r} is not a size such as 256Mi")
-
-
-def _duration(value: str) -> float:
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _positive_duration(value: str) -> float:
-    seconds = _duration(value)
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be longer than 0s")
-    return seconds
-
-
-def _positive_int(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
-    return int(value)
-
-
-def _configmap_ref(value: str) -> tuple[str, str]:
-    namespace, sep, name = value.partition("/")
-    if not sep or not namespace or not name or "/" in name:
-        raise argparse.ArgumentTypeError(f"{value!r} is not NAMESPACE/NAME")
-    return namespace, name
-
-
-EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_PROMETHEUS = 0, 1, 2, 3
+from loadext.sources.prometheus import QueryError
 
 EXAMPLES = """examples:
   loadext check-config config.yaml                       validate a config, its PromQL included
@@ -134,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--config", help="YAML config file (a mounted ConfigMap key), reloaded when it changes")
     source.add_argument(
         "--configmap",
-        type=_configmap_ref,
+        type=configmap_ref,
         metavar="NAMESPACE/NAME",
         help="read and watch the config in this ConfigMap through the API instead; "
         "rejected versions are also reported as Events on it",
@@ -162,16 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     limits.add_argument(
         "--header-timeout",
-        type=_positive_duration,
+        type=positive_duration,
         default="5s",
         help="time from a request's first byte to its last header (default 5s)",
     )
     limits.add_argument(
-        "--body-timeout", type=_positive_duration, default="10s", help="time to read a request body (default 10s)"
+        "--body-timeout", type=positive_duration, default="10s", help="time to read a request body (default 10s)"
     )
     limits.add_argument(
         "--max-concurrent-requests",
-        type=_positive_int,
+        type=positive_int,
         default=64,
         help="extender requests read or answered at once; more get 503 + Retry-After (default 64)",
     )
@@ -192,19 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     lifecycle = serve.add_argument_group("shutdown on SIGTERM (fit both in terminationGracePeriodSeconds)")
     lifecycle.add_argument(
         "--shutdown-delay",
-        type=_duration,
+        type=duration,
         default="5s",
         help="keep serving this long after readiness turns false, while endpoints update (default 5s)",
     )
     lifecycle.add_argument(
         "--shutdown-timeout",
-        type=_duration,
+        type=duration,
         default="15s",
         help="then wait this long at most for requests in flight (default 15s)",
     )
     serve.add_argument(
         "--reload-interval",
-        type=_duration,
+        type=duration,
         default="2s",
         help="how often the config file is checked for changes (default 2s)",
     )
@@ -272,15 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--config", required=True, help="the candidate config")
     replay.add_argument("--current", help="the config in force (default: the candidate alone)")
-    replay.add_argument("--since", type=_duration, default="24h", help="how far back (default 24h)")
-    replay.add_argument("--step", type=_duration, default="5m", help="resolution (default 5m)")
+    replay.add_argument("--since", type=duration, default="24h", help="how far back (default 24h)")
+    replay.add_argument("--step", type=duration, default="5m", help="resolution (default 5m)")
     replay.add_argument("--output", choices=["table", "json"], default="table")
     replay.add_argument("--chart", help="also draw refused nodes over time into this PNG (needs matplotlib)")
     return parser
-
-
-class NoData(Exception):
-    """Prometheus answered, but with nothing loadext can decide on."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,11 +240,15 @@ def main(argv: list[str] | None = None) -> int:
     configure_logs(args.log_level, args.log_format)
     try:
         if args.command == "check-config":
-            return _check_config(args)
+            return check_config_command.run(args.file, args.prometheus)
         if args.command == "explain":
-            return _explain(args)
+            if args.url:
+                return explain_command.from_url(args.url, args.pod, args.output)
+            if args.pod:
+                raise OSError("--pod needs --url: decisions live in the running loadext")
+            return explain_command.from_prometheus(args.config, args.kubeconfig, list(args.node), args.output)
         if args.command == "replay":
-            return _replay(args)
+            return replay_command.run(args.config, args.current, args.since, args.step, args.output, args.chart)
         return _serve(args)
     except ConfigError as exc:
         print(f"{exc.source}: invalid config", file=sys.stderr)
@@ -308,49 +264,6 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-
-
-def _check_config(args: argparse.Namespace) -> int:
-    config = load_config(args.file, check_queries=True)
-    print(f"{args.file}: ok (hash {config.hash}, signals: {', '.join(s.name for s in config.signals)})")
-    if not args.prometheus:
-        return EXIT_OK
-    source = PrometheusSource(replace(config.prometheus, url=args.prometheus.rstrip("/")))
-    identity = config.node_identity
-    worst = EXIT_OK
-    try:
-        for signal in config.signals:
-            try:
-                result = source.query(signal.name, config.query_for(signal), identity)
-            except QueryError as exc:
-                print(f"  {signal.name}: query failed ({exc.kind}): {exc.detail}")
-                worst = EXIT_PROMETHEUS
-                continue
-            problem = _result_problem(result, identity.label)
-            mapped = len(result.values)
-            line = f"  {signal.name}: {mapped + result.unlabelled} series, {mapped} with label {identity.label!r}"
-            if result.values:
-                line += f", values {min(result.values.values()):.2f}..{max(result.values.values()):.2f}"
-            print(line + (f": {problem}" if problem else ""))
-            if problem and worst == EXIT_OK:
-                worst = EXIT_INVALID
-    finally:
-        source.close()
-    return worst
-
-
-def _result_problem(result: QueryResult, label: str) -> str | None:
-    """What makes a query's answer unusable for loadext, said so that it can be fixed."""
-    if not result.values and not result.unlabelled:
-        return "returned no series (a typo in a metric name or label, or nothing scraped yet?)"
-    if not result.values:
-        return f"no series has the label {label!r}: check nodeIdentity (or the preset)"
-    if result.highest is not None and result.highest > 1.5:
-        return (
-            f"values up to {result.highest:g} look like percent (0-100); loadext needs a 0..1 ratio: "
-            "divide the query by 100"
-        )
-    return None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -384,219 +297,3 @@ def _serve(args: argparse.Namespace) -> int:
         shutdown_timeout=args.shutdown_timeout,
     )
     return serve(options)
-
-
-def _explain(args: argparse.Namespace) -> int:
-    if args.url:
-        return _explain_remote(args)
-    if args.pod:
-        raise OSError("--pod needs --url: decisions live in the running loadext")
-    from loadext.app import explain_once
-
-    report = explain_once(load_config(args.config), args.kubeconfig, list(args.node))
-    problems = [
-        f"signal {s['name']}: query failed ({s['lastError']['kind']}): {s['lastError']['message']}"
-        if s["failingFor"] is not None
-        else f"signal {s['name']}: the query returned no series (check it with check-config --prometheus)"
-        for s in report["signals"]
-        if s["failingFor"] is not None or not s["series"]
-    ]
-    if problems:
-        for problem in problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return EXIT_PROMETHEUS
-    if args.output == "json":
-        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        print(format_explain(report))
-    return 0
-
-
-def _replay(args: argparse.Namespace) -> int:
-    import time
-
-    from loadext.sources import replay
-
-    end = time.time()
-    start = end - args.since
-    runs = {"candidate": load_config(args.config)}
-    if args.current:
-        runs = {"current": load_config(args.current), **runs}
-    steps = {}
-    for name, config in runs.items():
-        history = replay.fetch(config, start, end, args.step)
-        if not history:
-            raise NoData(
-                f"no samples for any signal of the {name} config between {time_text(start)} and "
-                f"{time_text(end)} UTC (check the queries with check-config --prometheus)"
-            )
-        steps[name] = replay.evaluate(history, config)
-    current = steps.get("current", steps["candidate"])
-    summary = replay.compare(current, steps["candidate"])
-    if args.output == "json":
-        report = {"summary": summary, "steps": {n: [s.__dict__ for s in v] for n, v in steps.items()}}
-        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        print(format_replay(steps, summary))
-    if args.chart:
-        _replay_chart(steps, args.chart)
-    return 0
-
-
-def format_replay(steps: dict[str, list[Any]], summary: dict[str, Any]) -> str:
-    names = list(steps)
-    rows = [["TIME", *(f"{n.upper()} REFUSED" for n in names), *(f"{n.upper()} FAVOURITE" for n in names)]]
-    for i, step in enumerate(steps[names[-1]]):
-        at = [steps[n][i] if i < len(steps[n]) else None for n in names]
-        refused = [", ".join(f"{k} {v}" for k, v in s.refused.items()) if s else "-" for s in at]
-        rows.append([time_text(step.time), *refused, *((s.top or "-") if s else "-" for s in at)])
-    lines = _table(rows)
-    lines.append("")
-    for name in names:
-        totals = ", ".join(f"{k} {v}" for k, v in summary[name]["refused"].items())
-        lines.append(f"{name}: node-steps refused by signal: {totals}")
-    if len(names) > 1:
-        lines.append(f"same favourite node in {summary['sameFavourite']:.0%} of {summary['steps']} steps")
-    return "\n".join(lines)
-
-
-def time_text(stamp: float) -> str:
-    import time
-
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(stamp))
-
-
-def _replay_chart(steps: dict[str, list[Any]], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for name, run in steps.items():
-        ax.step([s.time - run[-1].time for s in run], [s.refused_nodes for s in run], where="post", label=name)
-    ax.set_xlabel("seconds before now")
-    ax.set_ylabel("nodes refused")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-
-
-def _explain_remote(args: argparse.Namespace) -> int:
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
-    query = "?" + urllib.parse.urlencode({"pod": args.pod}) if args.pod else ""
-    try:
-        with urllib.request.urlopen(args.url.rstrip("/") + "/explain" + query, timeout=10) as reply:
-            report = orjson.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        print(f"error: {orjson.loads(exc.read()).get('error', exc)}", file=sys.stderr)
-        return 1
-    if args.output == "json":
-        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
-    elif args.pod:
-        print(format_pod_decisions(report))
-    else:
-        print(format_explain(report))
-    return 0
-
-
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
-
-
-def format_pod_decisions(report: dict[str, Any]) -> str:
-    """A pod's last filter and prioritize, one row per candidate node."""
-    lines = []
-    for verb in ("filter", "prioritize"):
-        decision = report.get(verb)
-        if decision is None:
-            continue
-        signals = sorted({s for node in decision["nodes"] for s in node["signals"]})
-        herd = "estimate" in decision
-        header = ["NODE", *(s.upper() for s in signals), *(["IN FLIGHT"] if herd else []), "POOL", "VERDICT"]
-        rows = [[*header, "SCORE", "REASON"]]
-        for node in decision["nodes"]:
-            cells = [node["node"]]
-            for signal in signals:
-                sample = node["signals"].get(signal)
-                cells.append(
-                    f"{sample['value'] * 100:.0f}%/{(sample['threshold'] or 0) * 100:g}% ({sample['age']:.0f}s)"
-                    if sample
-                    else "-"
-                )
-            if herd:
-                cells.append(_in_flight_cell(node.get("inFlight")))
-            cells += [node["pool"] or "-", node["verdict"], str(node["score"]), node["reason"] or "-"]
-            rows.append(cells)
-        lines.append(f"{verb} for {report['pod']} (config {decision['configHash']}); values are value/threshold (age):")
-        if herd:
-            estimate = decision["estimate"]
-            source = estimate["source"]
-            lines.append(
-                f"the pod counts as {estimate['cpuCores']:g} cores (from {source['cpu']}), "
-                f"{estimate['memoryBytes'] / 2**20:.0f} MiB (from {source['memory']}), "
-                "added to each node with what is in flight there"
-            )
-        lines.extend(_table(rows))
-        lines.append("")
-    return "\n".join(lines).rstrip()
-
-
-def _in_flight_cell(flight: dict[str, Any] | None) -> str:
-    if not flight:
-        return "-"
-    return f"{flight['pods']} pod{'s' if flight['pods'] != 1 else ''}, {flight['cpuCores']:g} cores"
-
-
-def format_explain(report: dict[str, Any]) -> str:
-    """The table an SRE reads when asking "why not this node"."""
-    signals = [s["name"] for s in report["signals"]]
-    herd = report["herdGuard"]["enabled"]
-    header = ["NODE", *(s.upper() for s in signals), *(["IN FLIGHT"] if herd else []), "VERDICT", "SCORE", "REASON"]
-    rows = [header]
-    for node in report["nodes"]:
-        cells = [node["node"]]
-        for signal in signals:
-            sample = node["signals"].get(signal)
-            cells.append(f"{sample['value'] * 100:.0f}% ({sample['age']:.0f}s)" if sample else "-")
-        if herd:  # pods placed within the window, counted until the metrics can show them
-            cells.append(_in_flight_cell(node.get("inFlight")))
-        cells += [node["verdict"], str(node["score"]), node["reason"] or "-"]
-        rows.append(cells)
-    lines = _table(rows)
-    thresholds = ", ".join(
-        f"{s['name']} {'-' if s['threshold'] is None else format(s['threshold'] * 100, 'g') + '%'}"
-        for s in report["signals"]
-    )
-    lines.append("")
-    lines.append(
-        f"thresholds: {thresholds}; strategy {report['strategy']}; missingData "
-        f"{report['missingData']}; failurePolicy {report['failurePolicy']}; filterMode {report['filterMode']}; "
-        f"config {report['configHash']}"
-    )
-    if report["degraded"]:
-        lines.append("DEGRADED: no fresh data from Prometheus; the failure policy decides every node")
-    for s in report["signals"]:
-        error = s.get("lastError")
-        if s.get("failingFor") is not None and error:
-            success = "never" if s["lastSuccess"] is None else f"{report['time'] - s['lastSuccess']:.0f}s ago"
-            lines.append(
-                f"{s['name']}: queries failing for {s['failingFor']:.0f}s ({error['kind']}): {error['message']}; "
-                f"last success {success}"
-            )
-            continue  # its series are missing because of that, whatever the mapping says
-        if s["unmappedNodes"]:
-            lines.append(
-                f"{s['name']}: {len(s['unmappedNodes'])} nodes without a series: " + ", ".join(s["unmappedNodes"][:10])
-            )
-        if s["unmatchedSeries"]:
-            lines.append(
-                f"{s['name']}: {len(s['unmatchedSeries'])} series match no node: "
-                + ", ".join(s["unmatchedSeries"][:10])
-            )
-    return "\n".join(lines)

@@ -21,7 +21,7 @@ from harness.metrics_text import metric_value
 from harness.prometheus import PrometheusServer, free_port
 from harness.waiting import eventually
 from harness.wire import names_request
-from loadext.cli import format_explain
+from loadext.commands.tables import format_explain
 from loadext.core.signal_health import SignalHealth
 
 EXIT_INVALID, EXIT_PROMETHEUS = 1, 3

@@ -21,7 +21,7 @@ from harness.inprocess import (
     stored_app,
 )
 from harness.wire import fixture_bytes
-from loadext.cli import format_pod_decisions
+from loadext.commands.tables import format_pod_decisions
 from loadext.config import parse_config
 from loadext.core.decisions import Decision
 from loadext.core.herd.usage import Usage
