@@ -115,7 +115,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             cluster.directory.set_allocatable(name, {"cpu": 16.0, "memory": 64.0 * 2**30})
         now = time.time()
         for i in range(args.in_flight):
-            cluster.herd.place(f"burst-{i}", names[(i * 7) % args.nodes], now, Usage(1.7, 2**30))
+            cluster.ledger.place(f"burst-{i}", names[(i * 7) % args.nodes], now, Usage(1.7, 2**30))
     per_node = cluster.config.per_node_metrics
     details = cluster.config.herd_guard.enabled
     request = codec.decode_extender_args(body, node_details=details)

@@ -9,24 +9,23 @@ cache and the table. The verbs (extender.py) read it through `view`, `identities
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
 from loadext.config import Config
 from loadext.core.herd.guard import NO_GUARD, ActiveGuard, Guard, View
 from loadext.core.herd.learned import EstimateError, PodKey
+from loadext.core.herd.ledger import PodLedger
 from loadext.core.herd.stranded import StrandedPods
 from loadext.core.herd.usage import allocatable
 from loadext.core.identity import Addresses, Identities, identities_for
 from loadext.core.ingest import MappingReport, Round
+from loadext.core.mapping import SeriesMapping
 from loadext.core.nodes import NodeDirectory
 from loadext.core.policy import DecisionTable, NodeState, Verdict, build_table
 from loadext.core.requests import BoundPod, ExtenderArgs, NodeInfo
 from loadext.core.signal_health import SignalHealth
 from loadext.core.snapshot import SignalValues, SnapshotCache
-
-log = logging.getLogger(__name__)
 
 
 class Cluster:
@@ -37,10 +36,11 @@ class Cluster:
         self.directory = NodeDirectory()
         self.cache = SnapshotCache(config.max_data_age, clock=clock)
         self.signal_health = SignalHealth(clock)
-        self.herd = ActiveGuard(config, clock)  # its state outlives a switch-off; `guard` is what decides
+        self.ledger = PodLedger(config, clock)  # what pod events say; it outlives a switch-off of the guard
+        self.herd = ActiveGuard(config, self.ledger)
         self.guard: Guard = self.herd if config.herd_guard.enabled else NO_GUARD
         self.stranded = StrandedPods()
-        self.mapping: dict[str, MappingReport] = {}
+        self.mapping = SeriesMapping()
         self.refreshed_once = False
         self._table: DecisionTable | None = None
 
@@ -65,6 +65,7 @@ class Cluster:
     def config_applied(self, config: Config) -> None:
         self._config = config
         self.identities = identities_for(config.node_identity)
+        self.ledger.configure(config)
         self.herd.configure(config)
         self.guard = self.herd if config.herd_guard.enabled else NO_GUARD
         self.cache.set_max_age(config.max_data_age)
@@ -112,9 +113,10 @@ class Cluster:
         self.cache.publish(round.snapshot)
         if round.table.config_hash == self._config.hash:  # else a reload came in meanwhile: decide afresh
             self._table = round.table
-        self.herd.inflight.expire(self.clock())
+        self.ledger.inflight.expire(self.clock())
         self.refreshed_once = True
-        return self._update_mapping()
+        failing = {s.name for s in self._config.signals if self.signal_health.failing(s.name) is not None}
+        return self.mapping.recount(self.cache.snapshot, self.directory, self.identities, self._config, failing)
 
     def refreshed(self, values: Iterable[SignalValues]) -> Round:
         built = self.round_builder()(values)
@@ -154,7 +156,7 @@ class Cluster:
         self.signal_health.succeeded(signal)
 
     def pod_usage_measured(self, measured: Mapping[str, Mapping[PodKey, float]]) -> list[EstimateError]:
-        return self.herd.pod_usage_measured(measured)
+        return self.ledger.pod_usage_measured(measured)
 
     # --- Kubernetes events --------------------------------------------------------------------
 
@@ -177,17 +179,17 @@ class Cluster:
     def pods_listed(self, pods: list[BoundPod]) -> None:
         for pod in pods:
             self.stranded.release(pod.uid)
-        self.herd.pods_listed(pods)
+        self.ledger.pods_listed(pods)
 
     def pod_bound(self, pod: BoundPod) -> None:
         self.stranded.release(pod.uid)
-        self.herd.pod_bound(pod)
+        self.ledger.pod_bound(pod)
 
     def pod_gone(self, uid: str) -> None:
-        self.herd.pod_gone(uid)
+        self.ledger.pod_gone(uid)
 
     def pods_unwatched(self) -> None:
-        self.herd.pods_listed([])
+        self.ledger.pods_listed([])
 
     def bound_by_loadext(self, uid: str, node: str) -> None:
         self.guard.count_now(uid, node)
@@ -226,41 +228,3 @@ class Cluster:
             verdict = table.by_identity[identity]
             states.append(NodeState(name, identity or None, samples, verdict, pool.name if pool else None))
         return states
-
-    def _update_mapping(self) -> dict[str, MappingReport]:
-        """Recount which known nodes lack series and which series name no node; log changes."""
-        known = self.directory.names()
-        snapshot = self.cache.snapshot
-        reports = {}
-        for signal in self._config.signals:
-            identities = {i for i, s in snapshot.by_identity.items() if signal.name in s}
-            mapped = {i: self.identities.node_for(i, self.directory) for i in identities}
-            unmatched = sorted(i for i, node in mapped.items() if node is None)
-            report = MappingReport(
-                unmapped_nodes=tuple(sorted(known - {m for m in mapped.values() if m})),
-                unmatched_series=tuple(unmatched) if known else (),
-            )
-            previous = self.mapping.get(signal.name)
-            # While the signal's queries fail, its series are missing for that reason (logged
-            # by SignalHealth): pointing at nodeIdentity then would point away from the cause.
-            failing = self.signal_health.failing(signal.name) is not None
-            if previous != report and (report.unmapped_nodes or report.unmatched_series) and not failing:
-                log.warning(
-                    "signal %s: %d known nodes have no series (%s); %d series match no node (%s); "
-                    "check nodeIdentity (label %r, kind %s)",
-                    signal.name,
-                    len(report.unmapped_nodes),
-                    _sample(report.unmapped_nodes),
-                    len(report.unmatched_series),
-                    _sample(report.unmatched_series),
-                    self._config.node_identity.label,
-                    self.identities.kind,
-                )
-            reports[signal.name] = report
-        self.mapping = reports
-        return reports
-
-
-def _sample(items: tuple[str, ...], limit: int = 5) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

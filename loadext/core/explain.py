@@ -9,7 +9,6 @@ from typing import Any
 from loadext.core.cluster import Cluster
 from loadext.core.decisions import DecisionLog
 from loadext.core.herd.usage import Usage
-from loadext.core.ingest import MappingReport
 from loadext.core.policy import fullness
 
 
@@ -20,8 +19,8 @@ def explain(cluster: Cluster) -> dict[str, Any]:
     table, config = cluster.table(), cluster.config
     now = cluster.clock()
     snapshot = cluster.cache.snapshot
-    herd = cluster.herd
-    in_flight = herd.inflight.per_node(now)
+    ledger = cluster.ledger
+    in_flight = ledger.inflight.per_node(now)
     pools = {pool.name: pool for pool in config.pools}
     rows = [
         {
@@ -50,10 +49,10 @@ def explain(cluster: Cluster) -> dict[str, Any]:
         "herdGuard": {
             "enabled": config.herd_guard.enabled,
             "window": config.herd_guard.window,
-            "podsInFlight": len(herd.inflight),
+            "podsInFlight": len(ledger.inflight),
             "soft": config.herd_guard.soft,
-            "ownersLearned": len(herd.learned),  # owners with measured pods, for learned estimates
-            "podsMeasured": herd.learned.measured_counts(),
+            "ownersLearned": len(ledger.learned),  # owners with measured pods, for learned estimates
+            "podsMeasured": ledger.learned.measured_counts(),
         },
         "signals": [
             {
@@ -63,8 +62,8 @@ def explain(cluster: Cluster) -> dict[str, Any]:
                 "lastSuccessAge": _age(now, snapshot.last_success.get(s.name)),
                 **cluster.signal_health.report(s.name, now),
                 "series": snapshot.series_counts.get(s.name, 0),
-                "unmappedNodes": list(cluster.mapping.get(s.name, MappingReport()).unmapped_nodes),
-                "unmatchedSeries": list(cluster.mapping.get(s.name, MappingReport()).unmatched_series),
+                "unmappedNodes": list(cluster.mapping.get(s.name).unmapped_nodes),
+                "unmatchedSeries": list(cluster.mapping.get(s.name).unmatched_series),
             }
             for s in config.signals
         ],

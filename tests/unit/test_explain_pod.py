@@ -82,10 +82,10 @@ async def test_unknown_pod_is_a_404_naming_it(aiohttp_client: Any) -> None:
 
 async def test_explain_pod_shows_the_pods_estimate_and_what_was_in_flight_per_node(aiohttp_client: Any) -> None:
     app = stored_app(HERD_GUARDED_CONFIG)
-    app.cluster.herd.place("earlier", "ceph3", time.time(), Usage(2.0, 2**30))
+    app.cluster.ledger.place("earlier", "ceph3", time.time(), Usage(2.0, 2**30))
     client = await client_for(aiohttp_client, app)
     await post(client, "/filter", fixture_bytes("filter-nodes.json"))  # cpu request 500m, limit 2
-    app.cluster.herd.place("later", "ceph1", time.time(), Usage(1.0, 0))  # after the decision
+    app.cluster.ledger.place("later", "ceph1", time.time(), Usage(1.0, 0))  # after the decision
     report = await (await client.get("/explain", params={"pod": "analytics/ingest-0"})).json()
     memory = round(0.7 * 2 * 2**30)  # herdGuard's factor x the 2Gi memory limit
     factor = {"cpu": "factor", "memory": "factor"}  # no measured usage, no owner history

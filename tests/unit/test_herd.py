@@ -121,10 +121,10 @@ async def test_restart_keeps_placement_times_and_deletion_forgets(aiohttp_client
         app = guarded_app(True)
         cluster = app.cluster
         cluster.pods_listed([p for p in pods if p is not None])
-        per_node = cluster.herd.inflight.per_node(time.time())
+        per_node = cluster.ledger.inflight.per_node(time.time())
         assert per_node["ceph2"][1] == 3, incarnation  # the hour-old pod is visible in the metrics already
         assert per_node["ceph2"][0].cpu == pytest.approx(3 * 3.4)  # max(1, 4 x 0.85) each
-        placed = {p.placed_at for p in cluster.herd.inflight._pods.values()}
+        placed = {p.placed_at for p in cluster.ledger.inflight._pods.values()}
         assert placed == {scheduled.timestamp()}
     # 10.2 of 31.5 cores in flight: ceph2 at 50 % + 32 % + the incoming 5.4 % is over 80 %.
     client_ = await client_for(aiohttp_client, app)
@@ -143,7 +143,7 @@ async def test_burst_cap(aiohttp_client: Any) -> None:
     cluster = app.cluster
     now = time.time()
     for i in range(2):
-        cluster.herd.place(f"b{i}", "ceph3", now, Usage(0.001, 0))
+        cluster.ledger.place(f"b{i}", "ceph3", now, Usage(0.001, 0))
     client_ = await client_for(aiohttp_client, app)
     _, reply = await post(client_, "/filter", fixture_bytes("filter-names.json"))
     assert reply["FailedAndUnresolvableNodes"] == {"ceph3": "loadext: 2 pods placed here in the last 300s"}
@@ -167,7 +167,7 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
 
     def favourite(scores: list[dict[str, Any]], uid: str) -> str:
         """The node loadext counts the pod on: one of the top scores (ties at random)."""
-        guess = cluster.herd.inflight.get(uid)
+        guess = cluster.ledger.inflight.get(uid)
         assert guess is not None
         assert {s["Host"]: s["Score"] for s in scores}[guess.node] == max(s["Score"] for s in scores)
         return guess.node
@@ -181,7 +181,7 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
     assert {s["Host"]: s["Score"] for s in retry}[first] > 0
     assert all(s["Score"] == 0 for s in await prioritize("burst-2"))  # both taken for this window
     cluster.pod_bound(bound_pod(v1_pod("burst-0", "ceph1", datetime.now(UTC))))  # type: ignore[arg-type]
-    placed = cluster.herd.inflight.get("burst-0")
+    placed = cluster.ledger.inflight.get("burst-0")
     assert placed is not None and placed.node == "ceph1"
 
 
@@ -226,7 +226,7 @@ def test_fast_herd_correction_equals_the_reference(
         cluster.directory.set_allocatable(name, {"cpu": 8.0, "memory": 32.0 * GiB})
     for i, (node, millicores) in enumerate(placements):
         if node < len(names):
-            cluster.herd.place(f"placed-{i}", names[node], time.time(), Usage(millicores / 1000, 0))
+            cluster.ledger.place(f"placed-{i}", names[node], time.time(), Usage(millicores / 1000, 0))
     for i, (count, millicores, repeat_uid) in enumerate(requests):
         asked = names[: max(1, count)]
         uid = "again" if repeat_uid else f"pod-{i}"
@@ -237,8 +237,8 @@ def test_fast_herd_correction_equals_the_reference(
         candidates = [
             Candidate(n, table.verdict(n), cluster.cache.snapshot.by_identity.get(n), table.pools.get(n)) for n in asked
         ]
-        in_flight, incoming = cluster.herd.inflight.per_node(now), cluster.herd.estimate(pod).usage
-        own, capacity = cluster.herd.inflight.get(uid), cluster.directory.allocatable
+        in_flight, incoming = cluster.ledger.inflight.per_node(now), cluster.ledger.estimate(pod).usage
+        own, capacity = cluster.ledger.inflight.get(uid), cluster.directory.allocatable
         reference = [
             corrected(c, in_flight.get(c.name, NO_PLACEMENTS), incoming, capacity, cluster.config, now, own)
             for c in candidates

@@ -78,12 +78,12 @@ async def test_herd_refusals_reopen_when_a_placement_leaves(aiohttp_client: Any)
     app = stored_app(HOT % ("true", 1), {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
     cluster = app.cluster
     for node in ("ceph1", "ceph2", "ceph3"):
-        cluster.herd.place(f"recent-{node}", node, time.time(), Usage(0.1, 0))
+        cluster.ledger.place(f"recent-{node}", node, time.time(), Usage(0.1, 0))
     client = await client_for(aiohttp_client, app)
     _, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))
     assert reply["NodeNames"] == [] and set(reply["FailedAndUnresolvableNodes"]) == {"ceph1", "ceph2", "ceph3"}
     assert cluster.reopened_node() is None
-    cluster.herd.inflight.remove("recent-ceph2")  # deleted, or out of the window
+    cluster.ledger.inflight.remove("recent-ceph2")  # deleted, or out of the window
     assert cluster.reopened_node() == "ceph2"
 
 
@@ -160,7 +160,7 @@ async def test_preempt_judges_with_the_preemptors_estimate_and_without_its_victi
         cluster.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128 * 1024**3})
     body = orjson.loads(fixture_bytes("preempt-meta.json"))
     victim = body["NodeNameToMetaVictims"]["ceph3"]["Pods"][0]["UID"]
-    cluster.herd.place(victim, "ceph3", time.time(), Usage(10, 0))
+    cluster.ledger.place(victim, "ceph3", time.time(), Usage(10, 0))
     client = await client_for(aiohttp_client, app)
     status, reply = await post(client, "/preempt", orjson.dumps(body))
     assert status == 200

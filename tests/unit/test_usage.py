@@ -119,17 +119,17 @@ def test_a_measured_pod_replaces_its_estimate_in_its_nodes_correction() -> None:
     measured = {("db", "ingest-1"): 0.2, ("db", "ingest-2"): 0.2}
     errors = cluster.pod_usage_measured({"cpu": measured})
     assert [(e.resource, e.source, round(e.ratio, 2)) for e in errors] == [("cpu", "factor", 7.5)] * 2
-    assert cluster.herd.inflight.per_node(time.time())["ceph1"][0].cpu == pytest.approx(0.4)
+    assert cluster.ledger.inflight.per_node(time.time())["ceph1"][0].cpu == pytest.approx(0.4)
     verdict = app.extender.verdicts(ExtenderArgs(incoming, ["ceph1"]))[0]
     assert verdict.passed, verdict  # and the incoming pod counts as its owner's 0.2, not 1.7
-    assert cluster.herd.estimate(incoming).sources[0] == "owner"
+    assert cluster.ledger.estimate(incoming).sources[0] == "owner"
     assert cluster.pod_usage_measured({"cpu": measured}) == []  # each pod's error is counted once
     # Measured means running: from then on the node's own metrics take the pod in, and its share
     # fades (herd.FADE_STEPS). A later watch event for the pod keeps when that began.
-    counted = cluster.herd.inflight.get("u1")
+    counted = cluster.ledger.inflight.get("u1")
     assert counted is not None and placed_at <= counted.measured_at <= time.time()
     cluster.pod_bound(sibling(1))
-    assert cluster.herd.inflight.get("u1") == counted
+    assert cluster.ledger.inflight.get("u1") == counted
 
 
 async def test_preempt_takes_off_what_a_measured_victim_really_uses(aiohttp_client: Any) -> None:

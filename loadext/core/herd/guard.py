@@ -1,29 +1,29 @@
 """The herd guard as the verbs see it: one object that corrects verdicts, or one that does nothing.
 
-`ActiveGuard` owns the herd state (the pods in flight, what was learned of pods' usage, each
-judged pod's estimate, the memo of corrected verdicts) and answers the verbs' questions about
-it. `NO_GUARD` answers them when `herdGuard.enabled` is false: no correction, no estimate, so
-the verbs never ask whether the guard is on. The active guard keeps its state while it is
-switched off (a ConfigMap edit), as the pod watch, not the guard, decides what it holds.
+`ActiveGuard` answers the verbs' questions from the ledger (ledger.py: the pods in flight and
+what was learned of pods' usage), each judged pod's estimate and the memo of corrected
+verdicts. `NO_GUARD` answers them when `herdGuard.enabled` is false: no correction, no
+estimate, so the verbs never ask whether the guard is on. The ledger keeps its state while
+the guard is switched off (a ConfigMap edit): the pod watch, not the guard, decides what it holds.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from cachetools import LRUCache
 
 from loadext.config import Config
 from loadext.core.herd.correction import Candidate, Capacity, corrected, corrected_heat
-from loadext.core.herd.inflight import NO_PLACEMENTS, InFlight, Placement
-from loadext.core.herd.learned import Estimate, EstimateError, PodKey, UsageHistory
+from loadext.core.herd.inflight import NO_PLACEMENTS, Placement
+from loadext.core.herd.learned import Estimate
+from loadext.core.herd.ledger import PodLedger
 from loadext.core.herd.memo import IncomingVerdicts
-from loadext.core.herd.usage import RESOURCES, EstimateRule, Usage, pod_estimate
+from loadext.core.herd.usage import Usage
 from loadext.core.policy import DecisionTable, Verdict
-from loadext.core.requests import BoundPod, PodRef, Victims
+from loadext.core.requests import PodRef, Victims
 from loadext.core.snapshot import Sample
 
 InFlightSums = Mapping[str, tuple[Usage, int]]  # node -> (summed estimate, pods), immutable
@@ -82,117 +82,38 @@ class Guard(Protocol):
 
 
 class ActiveGuard:
-    """The herd state and its corrections (see the package's modules for each rule)."""
+    """The herd guard on: each judged pod's estimate, and the verdicts corrected with what the
+    ledger counts in flight (see the package's modules for each rule)."""
 
-    def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: Config, ledger: PodLedger) -> None:
         self.config = config
-        self.clock = clock
-        self.inflight = InFlight(config.herd_guard.window)
-        self.learned = UsageHistory()
+        self.ledger = ledger
         self._estimates: LRUCache[str, Estimate] = LRUCache(maxsize=4096)
-        self._errors_noted: LRUCache[tuple[str, str], bool] = LRUCache(maxsize=65536)
-        self._estimate_errors: list[EstimateError] = []  # until pod_usage_measured hands them out
         self._memo = IncomingVerdicts()
 
     def configure(self, config: Config) -> None:
         self.config = config
-        self.inflight.window = config.herd_guard.window
 
     @property
     def soft(self) -> bool:
         return self.config.herd_guard.soft
 
-    # --- estimates ------------------------------------------------------------------------
-
-    def estimate(self, pod: PodRef) -> Estimate:
-        """The pod's usage as learned (learned.py): its owner's recent pods', else the factor
-        rule. Once placed and measured, its own usage replaces it (_with_measured)."""
-        rule = EstimateRule.of(self.config.herd_guard)
-        factor = pod_estimate(pod.containers, pod.init_containers, pod.overhead, rule)
-        return self.learned.estimate(pod.owner, factor)
-
     def incoming(self, pod: PodRef | None) -> tuple[Usage, Placement | None]:
         if pod is None:
             return Usage(), None
-        estimate = self._estimates[pod.uid] = self.estimate(pod)
-        return estimate.usage, self.inflight.get(pod.uid)
+        estimate = self._estimates[pod.uid] = self.ledger.estimate(pod)
+        return estimate.usage, self.ledger.inflight.get(pod.uid)
 
     def estimate_of(self, uid: str) -> Estimate | None:
         return self._estimates.get(uid)
 
     def in_flight(self, now: float) -> InFlightSums:
-        return self.inflight.per_node(now)
-
-    # --- what the pod watch and loadext's own placements say -------------------------------
-
-    def place(self, uid: str, node: str, placed_at: float, usage: Usage) -> None:
-        self.inflight.place(uid, Placement(node, placed_at, usage), self.clock())
+        return self.ledger.inflight.per_node(now)
 
     def count_now(self, uid: str, node: str) -> None:
         estimate = self._estimates.get(uid)
         if estimate is not None:
-            self.place(uid, node, self.clock(), estimate.usage)
-
-    def pod_bound(self, pod: BoundPod) -> None:
-        """A pod from the pod watch: counted while recent, forgotten once finished or deleted."""
-        if pod.finished:
-            self.inflight.remove(pod.uid)
-        else:
-            self.inflight.place(pod.uid, self._placement(pod), self.clock())
-
-    def pods_listed(self, pods: list[BoundPod]) -> None:
-        placements = {p.uid: self._placement(p) for p in pods if not p.finished}
-        self.inflight.replace_all(placements, self.clock())
-
-    def pod_gone(self, uid: str) -> None:
-        self.inflight.remove(uid)
-
-    def _settled(self, placed_at: float) -> bool:
-        """Placed long enough ago that its measured usage is its usage (HerdGuard.pod_usage_settle)."""
-        return self.clock() - placed_at >= self.config.herd_guard.pod_usage_settle
-
-    def _placement(self, bound: BoundPod) -> Placement:
-        pod = bound.pod
-        key = (pod.namespace, pod.name)
-        self.learned.learn_pod(pod.uid, key, pod.owner, bound.placed_at)
-        estimate = self.estimate(pod)
-        placement = Placement(bound.node, bound.placed_at, estimate.usage, key, estimate.sources)
-        return self._with_measured(pod.uid, placement)
-
-    def pod_usage_measured(self, measured: Mapping[str, Mapping[PodKey, float]]) -> list[EstimateError]:
-        """A refresh round's measured usage per pod: it teaches the owners' history, and each
-        pod in flight that has it is counted with it from now on instead of its estimate.
-        Returns how far off the estimates it replaced (since the last call) were."""
-        now = self.clock()
-        self.learned.publish(measured, now - self.config.herd_guard.pod_usage_settle)
-        if measured:
-            for uid, placement in self.inflight.placements():
-                self.inflight.place(uid, self._with_measured(uid, placement), now)  # a no-op if unchanged
-        errors, self._estimate_errors = self._estimate_errors, []
-        return errors
-
-    def _with_measured(self, uid: str, placement: Placement) -> Placement:
-        """The placement with its pod's measured usage, per resource where Prometheus has it
-        and the pod is settled; the first time for a pod, how far off its estimate was is
-        noted for loadext_estimate_error_ratio."""
-        if placement.pod is None or not self._settled(placement.placed_at):
-            return placement  # loadext's own guess (the watch replaces it), or too young to measure
-        values, sources = [placement.usage.cpu, placement.usage.memory], list(placement.sources)
-        for i, resource in enumerate(RESOURCES):
-            value = self.learned.measured(placement.pod, resource)
-            if value is None:
-                continue
-            if sources[i] != "measured" and value > 0 and (uid, resource) not in self._errors_noted:
-                self._errors_noted[uid, resource] = True
-                self._estimate_errors.append(EstimateError(resource, sources[i], (values[i] - value) / value))
-            values[i], sources[i] = value, "measured"
-        measured_at = placement.measured_at
-        if "measured" in sources and not measured_at:  # it runs: from now its node's metrics take it in
-            counted = self.inflight.get(uid)  # a watch event re-estimates a pod measured before
-            measured_at = counted.measured_at if counted is not None and counted.measured_at else self.clock()
-        return replace(
-            placement, usage=Usage(values[0], values[1]), sources=(sources[0], sources[1]), measured_at=measured_at
-        )
+            self.ledger.place(uid, node, self.ledger.clock(), estimate.usage)
 
     # --- corrections ------------------------------------------------------------------------
 
@@ -207,8 +128,8 @@ class ActiveGuard:
         against correcting every candidate one by one."""
         if view.table.degraded:
             return None  # every node is decided by the failure policy: nothing to add to
-        in_flight = self.inflight.per_node(view.now)  # expires the window first, so the memo sees it
-        size = self._memo.for_size(view.table, view.versions, incoming, self.inflight)
+        in_flight = self.ledger.inflight.per_node(view.now)  # expires the window first, so the memo sees it
+        size = self._memo.for_size(view.table, view.versions, incoming, self.ledger.inflight)
         memo = size.verdicts
         by_name = identities is names
         index = None if by_name else dict(zip(names, identities, strict=True))
@@ -249,14 +170,14 @@ class ActiveGuard:
         since the last one, not all ~500 (5.7 ms a pod, filter and prioritize, when it did)."""
         estimate = self._estimates.get(pod.uid) if pod is not None else None
         incoming = estimate.usage if estimate is not None else Usage()
-        own = self.inflight.get(pod.uid) if pod is not None else None
-        in_flight = self.inflight.per_node(view.now)
+        own = self.ledger.inflight.get(pod.uid) if pod is not None else None
+        in_flight = self.ledger.inflight.per_node(view.now)
 
         def heat_of(name: str, identity: str, own: Placement | None = None) -> float | None:
             placed = in_flight.get(name, NO_PLACEMENTS)
             return corrected_heat(view.candidate(name, identity), placed, incoming, view.capacity, view.config, own)
 
-        memo = self._memo.for_size(view.table, view.versions, incoming, self.inflight).heats
+        memo = self._memo.for_size(view.table, view.versions, incoming, self.ledger.inflight).heats
         for name, identity, verdict in zip(names, identities, measured, strict=True):
             if verdict.passed and name not in memo:
                 memo[name] = heat_of(name, identity)
@@ -281,17 +202,17 @@ class ActiveGuard:
         incoming, _ = self.incoming(pod)
         if view.table.degraded:
             return None
-        in_flight = self.inflight.per_node(view.now)
+        in_flight = self.ledger.inflight.per_node(view.now)
         settled_before = view.now - self.config.herd_guard.pod_usage_settle
         verdicts = []
         for name, identity in zip(names, identities, strict=True):
             usage, placements = in_flight.get(name, NO_PLACEMENTS)
             for uid in victims[name].uids:
-                placement = self.inflight.get(uid)
+                placement = self.ledger.inflight.get(uid)
                 if placement is not None and placement.node == name:
                     usage, placements = usage - placement.usage, placements - 1
                 elif placement is None:
-                    usage = usage - self.learned.measured_by_uid(uid, settled_before)
+                    usage = usage - self.ledger.learned.measured_by_uid(uid, settled_before)
             candidate = view.candidate(name, identity)
             verdicts.append(corrected(candidate, (usage, placements), incoming, view.capacity, view.config, view.now))
         return verdicts

@@ -1,0 +1,106 @@
+"""What the pod watch and Prometheus tell the herd guard: the pods in flight and their usage.
+
+The ledger counts each bound pod at its estimate (usage.py, learned.py) while it is recent,
+replaces the estimate with the pod's measured usage once Prometheus has it, and notes how far
+off the estimate was (loadext_estimate_error_ratio). The guard (guard.py) reads it to correct
+verdicts; the Cluster hands it the pod events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from cachetools import LRUCache
+
+from loadext.config import Config
+from loadext.core.herd.inflight import InFlight, Placement
+from loadext.core.herd.learned import Estimate, EstimateError, PodKey, UsageHistory
+from loadext.core.herd.usage import RESOURCES, EstimateRule, Usage, pod_estimate
+from loadext.core.requests import BoundPod, PodRef
+
+
+class PodLedger:
+    def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.inflight = InFlight(config.herd_guard.window)
+        self.learned = UsageHistory()
+        self._errors_noted: LRUCache[tuple[str, str], bool] = LRUCache(maxsize=65536)
+        self._estimate_errors: list[EstimateError] = []  # until pod_usage_measured hands them out
+
+    def configure(self, config: Config) -> None:
+        self.config = config
+        self.inflight.window = config.herd_guard.window
+
+    def estimate(self, pod: PodRef) -> Estimate:
+        """The pod's usage as learned (learned.py): its owner's recent pods', else the factor
+        rule. Once placed and measured, its own usage replaces it (_with_measured)."""
+        rule = EstimateRule.of(self.config.herd_guard)
+        factor = pod_estimate(pod.containers, pod.init_containers, pod.overhead, rule)
+        return self.learned.estimate(pod.owner, factor)
+
+    def place(self, uid: str, node: str, placed_at: float, usage: Usage) -> None:
+        self.inflight.place(uid, Placement(node, placed_at, usage), self.clock())
+
+    def pod_bound(self, pod: BoundPod) -> None:
+        """A pod from the pod watch: counted while recent, forgotten once finished or deleted."""
+        if pod.finished:
+            self.inflight.remove(pod.uid)
+        else:
+            self.inflight.place(pod.uid, self._placement(pod), self.clock())
+
+    def pods_listed(self, pods: list[BoundPod]) -> None:
+        placements = {p.uid: self._placement(p) for p in pods if not p.finished}
+        self.inflight.replace_all(placements, self.clock())
+
+    def pod_gone(self, uid: str) -> None:
+        self.inflight.remove(uid)
+
+    def pod_usage_measured(self, measured: Mapping[str, Mapping[PodKey, float]]) -> list[EstimateError]:
+        """A refresh round's measured usage per pod: it teaches the owners' history, and each
+        pod in flight that has it is counted with it from now on instead of its estimate.
+        Returns how far off the estimates it replaced (since the last call) were."""
+        now = self.clock()
+        self.learned.publish(measured, now - self.config.herd_guard.pod_usage_settle)
+        if measured:
+            for uid, placement in self.inflight.placements():
+                self.inflight.place(uid, self._with_measured(uid, placement), now)  # a no-op if unchanged
+        errors, self._estimate_errors = self._estimate_errors, []
+        return errors
+
+    def _settled(self, placed_at: float) -> bool:
+        """Placed long enough ago that its measured usage is its usage (HerdGuard.pod_usage_settle)."""
+        return self.clock() - placed_at >= self.config.herd_guard.pod_usage_settle
+
+    def _placement(self, bound: BoundPod) -> Placement:
+        pod = bound.pod
+        key = (pod.namespace, pod.name)
+        self.learned.learn_pod(pod.uid, key, pod.owner, bound.placed_at)
+        estimate = self.estimate(pod)
+        placement = Placement(bound.node, bound.placed_at, estimate.usage, key, estimate.sources)
+        return self._with_measured(pod.uid, placement)
+
+    def _with_measured(self, uid: str, placement: Placement) -> Placement:
+        """The placement with its pod's measured usage, per resource where Prometheus has it
+        and the pod is settled; the first time for a pod, how far off its estimate was is
+        noted for loadext_estimate_error_ratio."""
+        if placement.pod is None or not self._settled(placement.placed_at):
+            return placement  # loadext's own guess (the watch replaces it), or too young to measure
+        values, sources = [placement.usage.cpu, placement.usage.memory], list(placement.sources)
+        for i, resource in enumerate(RESOURCES):
+            value = self.learned.measured(placement.pod, resource)
+            if value is None:
+                continue
+            if sources[i] != "measured" and value > 0 and (uid, resource) not in self._errors_noted:
+                self._errors_noted[uid, resource] = True
+                self._estimate_errors.append(EstimateError(resource, sources[i], (values[i] - value) / value))
+            values[i], sources[i] = value, "measured"
+        measured_at = placement.measured_at
+        if "measured" in sources and not measured_at:  # it runs: from now its node's metrics take it in
+            counted = self.inflight.get(uid)  # a watch event re-estimates a pod measured before
+            measured_at = counted.measured_at if counted is not None and counted.measured_at else self.clock()
+        return replace(
+            placement, usage=Usage(values[0], values[1]), sources=(sources[0], sources[1]), measured_at=measured_at
+        )
