@@ -127,10 +127,10 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     prioritized = extender.prioritize(request.args)
     stages: dict[str, dict[str, float]] = {}
     for verb, run_verb, count, encode in (
-        ("filter", lambda: extender.filter(request.args), lambda: telemetry.count_filter(filtered),
+        ("filter", lambda: extender.filter(request.args), lambda: telemetry.verbs.count_filter(filtered),
          lambda: protocol.encode_filter_result(filtered, None)),
         ("prioritize", lambda: extender.prioritize(request.args),
-         lambda: telemetry.count_prioritize(prioritized, per_node),
+         lambda: telemetry.verbs.count_prioritize(prioritized, per_node),
          lambda: codec.encode_host_priority_list(prioritized)),
     ):  # fmt: skip
         verb_us = median_us(run_verb, args.requests)

@@ -81,11 +81,11 @@ class App:
     ) -> None:
         config = parse_config(text, source=source)
         self.telemetry = Telemetry()
-        self.telemetry.config_reloads.labels("success").inc()
+        self.telemetry.reload.accepted()
         self.cluster = Cluster(config, clock=clock)  # the Ingest port every source feeds
         self.extender = Extender(self.cluster)
-        self.refresher = Refresher(self.cluster, self.telemetry)
-        self.reloader = ConfigReloader(text, self.apply, self.telemetry)
+        self.refresher = Refresher(self.cluster, self.telemetry.refresh, self.telemetry.herd)
+        self.reloader = ConfigReloader(text, self.apply, self.telemetry.reload)
         self.server = ServerState(self.cluster, self.extender, self.telemetry, self.bind, limits or Limits())
         self.config_watcher = ConfigFileWatcher(config_path, self.reloader, reload_interval) if config_path else None
         self.configmap = configmap
@@ -94,8 +94,8 @@ class App:
         self.watch_nodes = watch_nodes or config.herd_guard.enabled
         self.requeue_stranded = requeue_stranded
         cluster = self.cluster
-        self.telemetry.degraded.set_function(lambda: 1 if cluster.table().degraded else 0)
-        self.telemetry.stranded.set_function(lambda: len(cluster.stranded))
+        self.telemetry.refresh.watch_degraded(lambda: cluster.table().degraded)
+        self.telemetry.herd.watch_stranded(lambda: len(cluster.stranded))
         self._config_applied()
 
     def apply(self, config: Config) -> None:
@@ -138,19 +138,21 @@ class App:
         if self.watch_nodes and api is None:
             log.warning("--watch-nodes needs a Kubernetes API client; node addresses come from requests only")
         elif self.watch_nodes:
-            stops.append(watches.watch_nodes(api, self.cluster, self._health("nodes")).stop)
+            stops.append(watches.watch_nodes(api, self.cluster, self.telemetry.watches.health_of("nodes")).stop)
         if self.configmap is not None and api is not None:
-            health = self._health("configmap")
+            health = self.telemetry.watches.health_of("configmap")
             stops.append(watches.watch_configmap(api, self.configmap, self.reloader, health).stop)
         if api is not None:
-            pods = watches.supervise_pod_watch(api, self.cluster, self._health("pods"), self._unwatched("pods"))
+            pods = watches.supervise_pod_watch(
+                api, self.cluster, self.telemetry.watches.health_of("pods"), self.telemetry.watches.unwatched("pods")
+            )
             tasks.append(asyncio.create_task(pods, name="pod-watch"))
         elif self.cluster.config.herd_guard.enabled:
             log.warning("herdGuard needs a Kubernetes API client to watch pods; only loadext's own binds count")
         if self.requeue_stranded and api is None:
             log.warning("--requeue-stranded needs a Kubernetes API client; stranded pods wait for the scheduler")
         elif self.requeue_stranded:
-            retry = requeue.requeue_stranded(self.cluster, api, self.telemetry)
+            retry = requeue.requeue_stranded(self.cluster, api, self.telemetry.herd)
             tasks.append(asyncio.create_task(retry, name="requeue-stranded"))
         yield
         for task in tasks:
@@ -161,19 +163,6 @@ class App:
         for stop in stops:
             stop.set()
         self.refresher.close()
-
-    def _health(self, resource: str) -> Callable[[bool], None]:
-        def report(healthy: bool) -> None:
-            self.telemetry.watch_healthy.labels(resource).set(1 if healthy else 0)
-
-        return report
-
-    def _unwatched(self, resource: str) -> Callable[[], None]:
-        def forget() -> None:
-            with contextlib.suppress(KeyError):
-                self.telemetry.watch_healthy.remove(resource)
-
-        return forget
 
 
 # A worker thread (the refresh, the watches) holding the GIL makes the event loop wait up to
@@ -254,7 +243,7 @@ def serve(options: ServeOptions) -> int:
             options.limits.header_timeout,
             lifecycle.Shutdown(options.shutdown_delay, options.shutdown_timeout),
             on_drain=drain,
-            on_header_timeout=app.telemetry.slow_clients.labels("header").inc,
+            on_header_timeout=lambda: app.telemetry.verbs.slow_client("header"),
         )
     )
     return 0
@@ -267,7 +256,8 @@ def explain_once(config: Config, kubeconfig: str | None, nodes: list[str]) -> di
     if api is not None:
         cluster.nodes_listed([node.info() for node in kube.list_objects(api.list_node, Node).items or []])
     cluster.nodes_named(nodes)
-    refresher = Refresher(cluster, Telemetry())
+    telemetry = Telemetry()
+    refresher = Refresher(cluster, telemetry.refresh, telemetry.herd)
     try:
         asyncio.run(refresher.refresh_once())
     finally:

@@ -39,7 +39,7 @@ from loadext.http.protocol import (
     encode_preemption_result,
 )
 from loadext.logs import request_id
-from loadext.telemetry import OUTCOMES, Telemetry
+from loadext.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger("loadext.requests")
@@ -76,7 +76,7 @@ class ServerState:
     def __post_init__(self) -> None:
         self.admission = Admission(self.limits)
         self.body_budget = BodyBudget(self.limits.body_memory)
-        self.telemetry.in_flight.set_function(lambda: self.admission.requests)
+        self.telemetry.verbs.watch_in_flight(lambda: self.admission.requests)
 
 
 def install_event_loop() -> None:
@@ -106,11 +106,10 @@ def _json_error(status: int, verb: str, message: str, **headers: str) -> web.Res
 def _verb_handler(
     state: ServerState, verb: str, answer: Callable[[bytes], Awaitable[Answer]]
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    telemetry = state.telemetry
+    metrics = state.telemetry.verbs
     limits = state.limits
     admission, budget = state.admission, state.body_budget
-    duration = telemetry.request_duration.labels(verb)
-    outcomes = {o: telemetry.requests.labels(verb, o) for o in OUTCOMES}
+    duration, outcomes = metrics.handler_counters(verb)
     process_tag, serial = f"{verb[:2]}{os.urandom(4).hex()}", itertools.count(1)  # unique, and cheap
 
     too_large = f"request body too large: over --max-body-size ({limits.max_body_size} bytes)"
@@ -170,7 +169,7 @@ def _verb_handler(
             return _json_error(400, verb, error)
         except TimeoutError:
             outcome, error = "timeout", f"request body not received within {limits.body_timeout:g}s (--body-timeout)"
-            telemetry.slow_clients.labels("body").inc()
+            metrics.slow_client("body")
             return _json_error(408, verb, error, **{"X-Request-Id": rid})
         except Exception as exc:  # a bug: say so in JSON, keep serving
             outcome, error = "error", f"internal error: {type(exc).__name__}: {exc}"
@@ -285,7 +284,7 @@ def create_ops_app(state: ServerState) -> web.Application:
 
 
 def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
-    cluster, extender, telemetry, codec = state.cluster, state.extender, state.telemetry, state.codec
+    cluster, extender, metrics, codec = state.cluster, state.extender, state.telemetry.verbs, state.codec
     app = web.Application(client_max_size=state.limits.max_body_size, middlewares=[_edges])
     app[STATE] = state
     prefix = normalise_prefix(path_prefix)
@@ -296,19 +295,19 @@ def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
     async def do_filter(body: bytes) -> Answer:
         request = extender_request(body)
         result = extender.filter(request.args)
-        telemetry.count_filter(result)
+        metrics.count_filter(result)
         return Answer(encode_filter_result(result, request.full_nodes), _with_pod(result.summary, request.args.pod))
 
     async def do_prioritize(body: bytes) -> Answer:
         args = extender_request(body).args
         result = extender.prioritize(args)
-        telemetry.count_prioritize(result, cluster.config.per_node_metrics)
+        metrics.count_prioritize(result, cluster.config.per_node_metrics)
         return Answer(codec.encode_host_priority_list(result), _with_pod(result.summary, args.pod))
 
     async def do_preempt(body: bytes) -> Answer:
         args = codec.decode_preemption_args(body)
         result = extender.preempt(args)
-        telemetry.count_preempt(result)
+        metrics.count_preempt(result)
         return Answer(encode_preemption_result(result), _with_pod(result.summary, args.pod))
 
     async def do_bind(body: bytes) -> Answer:

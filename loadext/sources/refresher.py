@@ -18,15 +18,17 @@ from loadext.core.herd.learned import PodKey
 from loadext.core.ingest import Ingest
 from loadext.core.snapshot import SignalValues
 from loadext.sources.prometheus import PrometheusSource, QueryError, QueryResult
-from loadext.telemetry import Telemetry
+from loadext.telemetry.herd import HerdMetrics
+from loadext.telemetry.refresh import RefreshMetrics
 
 log = logging.getLogger(__name__)
 
 
 class Refresher:
-    def __init__(self, ingest: Ingest, telemetry: Telemetry) -> None:
+    def __init__(self, ingest: Ingest, metrics: RefreshMetrics, herd_metrics: HerdMetrics) -> None:
         self.ingest = ingest
-        self.telemetry = telemetry
+        self.metrics = metrics
+        self.herd_metrics = herd_metrics
         self._source: PrometheusSource | None = None
         self._source_config: PrometheusConfig | None = None
         self._wake = asyncio.Event()
@@ -58,14 +60,7 @@ class Refresher:
         # nodes: do it in a worker thread, so the event loop keeps answering the scheduler.
         built = await asyncio.to_thread(self.ingest.round_builder(), stored)
         mapping = self.ingest.publish_round(built)
-        snapshot, telemetry = built.snapshot, self.telemetry
-        for name, report in mapping.items():
-            telemetry.unmapped_nodes.labels(name).set(len(report.unmapped_nodes))
-            telemetry.unmatched_series.labels(name).set(len(report.unmatched_series))
-        if snapshot.newest is not None:
-            telemetry.snapshot_timestamp.set(snapshot.newest)
-        for signal in config.signals:
-            telemetry.series.labels(signal.name).set(snapshot.series_counts.get(signal.name, 0))
+        self.metrics.round_published(built.snapshot, mapping, (s.name for s in config.signals))
 
     async def _refresh_pod_usage(self, source: PrometheusSource) -> None:
         """With the herd guard on: each pod's own usage, for learned estimates (core/usage.py)."""
@@ -75,20 +70,18 @@ class Refresher:
             return
         found = await asyncio.gather(*(self._query_pods(source, r, q) for r, q in queries.items()))
         measured = {resource: pods for resource, pods in zip(queries, found, strict=True) if pods is not None}
-        for error in self.ingest.pod_usage_measured(measured):
-            self.telemetry.estimate_error.labels(error.resource, error.source).observe(error.ratio)
+        self.herd_metrics.estimates_were_off(self.ingest.pod_usage_measured(measured))
 
     async def _query_pods(self, source: PrometheusSource, resource: str, promql: str) -> dict[PodKey, float] | None:
         try:
             pods, warnings = await asyncio.to_thread(source.query_pods, f"podUsage.{resource}", promql)
         except QueryError as exc:
-            self.telemetry.pod_usage_errors.labels(resource, exc.kind).inc()
-            self.telemetry.pod_usage_pods.labels(resource).set(0)
+            self.herd_metrics.pod_usage_failed(resource, exc.kind)
             self._pod_usage_state(resource, f"the query failed ({exc})")
             return None
         for warning in warnings:
             log.warning("prometheus warning for herdGuard.podUsage.%s: %s", resource, warning)
-        self.telemetry.pod_usage_pods.labels(resource).set(len(pods))
+        self.herd_metrics.pods_measured(resource, len(pods))
         self._pod_usage_state(resource, "" if pods else "the query returned no pod with namespace and pod labels")
         return pods
 
@@ -110,20 +103,19 @@ class Refresher:
 
     async def _query(self, source: PrometheusSource, signal: str, promql: str) -> QueryResult | None:
         identity = self.ingest.config.node_identity
-        telemetry = self.telemetry
+        metrics = self.metrics
         started = time.perf_counter()
         try:
             result = await asyncio.to_thread(source.query, signal, promql, identity)
         except QueryError as exc:
-            telemetry.query_errors.labels(signal, exc.kind).inc()
-            telemetry.last_query_error.labels(signal).set(self.ingest.clock())
+            metrics.query_failed(signal, exc.kind, self.ingest.clock())
             self.ingest.signal_failed(signal, exc.kind, exc.detail)
             return None
         finally:
-            telemetry.query_duration.labels(signal).observe(time.perf_counter() - started)
+            metrics.query_took(signal, time.perf_counter() - started)
         self.ingest.signal_succeeded(signal)
         if result.invalid:
-            telemetry.invalid_values.labels(signal).inc(result.invalid)
+            metrics.values_dropped(signal, result.invalid)
         for warning in result.warnings:
             log.warning("prometheus warning for signal %s: %s", signal, warning)
         if not result.timestamp:

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 
 from loadext.config import Config, ConfigError, parse_config
-from loadext.telemetry import Telemetry
+from loadext.telemetry.reload import ReloadMetrics
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +27,11 @@ class ConfigReloader:
         self,
         initial_text: str,
         apply: Callable[[Config], None],
-        telemetry: Telemetry,
+        metrics: ReloadMetrics,
         on_rejected: Callable[[str], None] | None = None,
     ) -> None:
         self.apply = apply
-        self.telemetry = telemetry
+        self.metrics = metrics
         self.on_rejected = on_rejected
         self._seen: str | None = _digest(initial_text)
         self.last_error: str | None = None
@@ -50,8 +50,7 @@ class ConfigReloader:
         self._seen = digest
         self.apply(config)
         self.last_error = None
-        self.telemetry.config_reloads.labels("success").inc()
-        self.telemetry.config_reload_ok.set(1)
+        self.metrics.accepted()
         log.info("config reloaded from %s (hash %s)", source, config.hash)
         return True
 
@@ -64,8 +63,7 @@ class ConfigReloader:
             return
         self.last_error = message
         log.error("config reload rejected, keeping the last good config: %s", message)
-        self.telemetry.config_reloads.labels("failure").inc()
-        self.telemetry.config_reload_ok.set(0)
+        self.metrics.rejected()
         if self.on_rejected is not None:
             self.on_rejected(message)
 

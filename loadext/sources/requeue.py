@@ -16,7 +16,7 @@ from typing import Any
 
 from loadext.core.ingest import Ingest
 from loadext.sources import kube
-from loadext.telemetry import Telemetry
+from loadext.telemetry.herd import HerdMetrics
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ CHECK_EVERY = 1.0  # seconds between looks at the stranded pods; a look is looku
 _HINT = "loadext's ClusterRole needs patch on nodes (see docs/security.md), or run without --requeue-stranded"
 
 
-async def requeue_stranded(ingest: Ingest, api: Any, telemetry: Telemetry) -> None:
+async def requeue_stranded(ingest: Ingest, api: Any, metrics: HerdMetrics) -> None:
     """Until cancelled: when a node reopens for a stranded pod, annotate it (one API write
     serves every stranded pod: the scheduler requeues them all on the event)."""
     failing = ""
@@ -38,7 +38,7 @@ async def requeue_stranded(ingest: Ingest, api: Any, telemetry: Telemetry) -> No
         waiting = ingest.stranded_nudged()
         stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
         error = await asyncio.to_thread(kube.annotate_node, api, node, ANNOTATION, stamp)
-        telemetry.requeue_nudges.labels("error" if error else "ok").inc()
+        metrics.nudged(ok=not error)
         if error:
             if error != failing:  # one line per change, not one per second
                 log.warning("%s: stranded pods wait for the scheduler's own retry (up to 5m); %s", error, _HINT)

@@ -33,7 +33,7 @@ def documented() -> dict[str, tuple[str, frozenset[str]]]:
 def exported() -> dict[str, tuple[str, frozenset[str]]]:
     telemetry = Telemetry()
     found = {}
-    for metric in vars(telemetry).values():
+    for metric in telemetry.metrics():
         if isinstance(metric, MetricWrapperBase):
             kind = metric._type
             name = metric._name + SUFFIX.get(kind, "")
@@ -41,7 +41,7 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     build = next(f for f in telemetry.registry.collect() if f.name == "loadext_build")
     found["loadext_build_info"] = ("gauge", frozenset(build.samples[0].labels))
     state = NodeState("n1", "n1", {"cpu": Sample(0.5, time.time())}, Verdict(True, 5, ""))
-    telemetry.export_nodes(lambda: [state])
+    telemetry.nodes.export(lambda: [state])
     for family in telemetry.registry.collect():
         if family.name.startswith("loadext_node_") and family.samples and family.name not in found:
             found[family.name] = (family.type, frozenset(family.samples[0].labels))

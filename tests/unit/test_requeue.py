@@ -118,7 +118,7 @@ async def test_a_refused_annotation_is_counted_and_logged_once(
     for uid in ("p1", "p2"):
         app.cluster.stranded.strand(uid, ["ceph3"], Usage(), now[0])
     monkeypatch.setattr(requeue, "CHECK_EVERY", 0.01)
-    task = asyncio.create_task(requeue.requeue_stranded(app.cluster, api, app.telemetry))
+    task = asyncio.create_task(requeue.requeue_stranded(app.cluster, api, app.telemetry.herd))
     client = await client_for(aiohttp_client, app)
 
     async def errors_counted(count: int) -> bool:

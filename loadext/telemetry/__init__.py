@@ -1,0 +1,56 @@
+"""loadext's own metrics, grouped by the part that records them: what the verbs decided
+(verbs.py), the refresh loop (refresh.py), the herd guard (herd.py), the Kubernetes watches
+(watches.py), the config in force (reload.py) and the per-node gauges (nodes.py). Each part is
+handed its recorder; `Telemetry` holds one process's registry and recorders (tests make their
+own). docs/metrics.md lists every metric, and tests/unit/test_metrics_doc.py keeps it true.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Info
+from prometheus_client.metrics import MetricWrapperBase
+
+from loadext import __version__
+from loadext.config import Config
+from loadext.telemetry.herd import HerdMetrics
+from loadext.telemetry.nodes import NodeMetrics, NodeStates
+from loadext.telemetry.refresh import RefreshMetrics
+from loadext.telemetry.reload import ReloadMetrics
+from loadext.telemetry.verbs import VerbMetrics
+from loadext.telemetry.watches import WatchMetrics
+
+
+class Telemetry:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.verbs = VerbMetrics(r)
+        self.refresh = RefreshMetrics(r)
+        self.herd = HerdMetrics(r)
+        self.watches = WatchMetrics(r)
+        self.reload = ReloadMetrics(r)
+        self.nodes = NodeMetrics(r)
+        self.build = Info("loadext_build", "loadext version.", registry=r)
+        self.build.info({"version": __version__, "python_version": platform.python_version()})
+
+    def config_applied(self, config: Config, node_states: NodeStates, now: float, error_kinds: Iterable[str]) -> None:
+        """A config came into force: its signals' series (with one error series per kind the
+        metrics source reports), hash and thresholds, and the per-node family on or off."""
+        signals = [s.name for s in config.signals]
+        self.refresh.prepare_signals(signals, error_kinds)
+        self.verbs.prepare_signals(signals)
+        self.reload.in_force(config, now)
+        self.nodes.export(node_states if config.per_node_metrics else None)
+
+    def flush(self) -> None:
+        """Before every scrape: the verbs' pending counts into their Counters."""
+        self.verbs.flush()
+
+    def metrics(self) -> Iterator[MetricWrapperBase]:
+        """Every metric of the recorders (the per-node family is a collector of its own)."""
+        yield self.build
+        for recorder in (self.verbs, self.refresh, self.herd, self.watches, self.reload):
+            yield from (m for m in vars(recorder).values() if isinstance(m, MetricWrapperBase))

@@ -1,0 +1,87 @@
+"""The refresh loop: each signal's queries, what they returned, and how series map to nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from loadext.core.ingest import MappingReport
+from loadext.core.snapshot import Snapshot
+
+QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class RefreshMetrics:
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.query_duration = Histogram(
+            "loadext_prometheus_query_duration_seconds",
+            "Prometheus query time per signal.",
+            ["signal"],
+            buckets=QUERY_BUCKETS,
+            registry=r,
+        )
+        self.query_errors = Counter(
+            "loadext_prometheus_query_errors",
+            "Failed Prometheus queries by signal and error kind.",
+            ["signal", "error"],
+            registry=r,
+        )
+        self.last_query_error = Gauge(
+            "loadext_prometheus_last_error_timestamp_seconds",
+            "When a query for the signal last failed (the kind and message are in /explain and the log).",
+            ["signal"],
+            registry=r,
+        )
+        self.invalid_values = Counter(
+            "loadext_prometheus_invalid_values", "NaN or Inf samples dropped, by signal.", ["signal"], registry=r
+        )
+        self.series = Gauge(
+            "loadext_signal_series", "Series stored per signal after the last refresh.", ["signal"], registry=r
+        )
+        self.unmapped_nodes = Gauge(
+            "loadext_unmapped_nodes", "Nodes known to loadext with no series for the signal.", ["signal"], registry=r
+        )
+        self.unmatched_series = Gauge(
+            "loadext_unmatched_series", "Series whose identity label matches no known node.", ["signal"], registry=r
+        )
+        self.snapshot_timestamp = Gauge(
+            "loadext_snapshot_timestamp_seconds",
+            "Time of the newest successful Prometheus query behind the current snapshot.",
+            registry=r,
+        )
+        self.degraded = Gauge(
+            "loadext_degraded", "1 while no fresh data exists and the failure policy decides every node.", registry=r
+        )
+
+    def watch_degraded(self, degraded: Callable[[], bool]) -> None:
+        self.degraded.set_function(lambda: 1 if degraded() else 0)
+
+    def prepare_signals(self, signals: Iterable[str], error_kinds: Iterable[str]) -> None:
+        """Pre-create per-signal series (one error series per kind the source reports), so
+        dashboards show 0, not nothing."""
+        kinds = tuple(error_kinds)
+        for signal in signals:
+            self.query_duration.labels(signal)
+            self.invalid_values.labels(signal)
+            for kind in kinds:
+                self.query_errors.labels(signal, kind)
+
+    def query_took(self, signal: str, seconds: float) -> None:
+        self.query_duration.labels(signal).observe(seconds)
+
+    def query_failed(self, signal: str, kind: str, now: float) -> None:
+        self.query_errors.labels(signal, kind).inc()
+        self.last_query_error.labels(signal).set(now)
+
+    def values_dropped(self, signal: str, count: int) -> None:
+        self.invalid_values.labels(signal).inc(count)
+
+    def round_published(self, snapshot: Snapshot, mapping: Mapping[str, MappingReport], signals: Iterable[str]) -> None:
+        for name, report in mapping.items():
+            self.unmapped_nodes.labels(name).set(len(report.unmapped_nodes))
+            self.unmatched_series.labels(name).set(len(report.unmatched_series))
+        if snapshot.newest is not None:
+            self.snapshot_timestamp.set(snapshot.newest)
+        for signal in signals:
+            self.series.labels(signal).set(snapshot.series_counts.get(signal, 0))
