@@ -22,6 +22,7 @@ from harness.exporter import Exporter
 from harness.faultproxy import FaultProxy
 from harness.kubernetes import ROOT, ControlPlane, Process, build_components, ready_node_status, wait_until
 from harness.loadext import LOADEXT
+from harness.metrics_text import metric_if_present
 from harness.prometheus import free_port
 from loadext.config import parse_config
 
@@ -311,13 +312,6 @@ def wait_loadext_sees(cluster: Cluster, loads: dict[str, tuple[float, float]]) -
         time.sleep(0.1)
 
 
-def metric(text: str, line_prefix: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(line_prefix):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def scenario(cluster: Cluster, exporter: Exporter, slug: str) -> dict[str, str]:
     """`big` has by far the most free allocatable but runs hot; `warm` and `cool` are equal in
     size, 60 % and 20 % busy."""
@@ -336,3 +330,8 @@ def slug(request: pytest.FixtureRequest) -> str:
     """A DNS-safe name unique to the test, for its nodes, pods and case label."""
     name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_")).strip("-")
     return name[:40].strip("-")
+
+
+def pod_watch_healthy(metrics: str) -> bool:
+    """loadext's pod watch has listed: its health series is 1 (absent while the guard is off)."""
+    return metric_if_present(metrics, "loadext_kube_watch_healthy", resource="pods") == 1

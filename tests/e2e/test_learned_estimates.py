@@ -13,13 +13,14 @@ from harness.cluster import (
     e2e_config,
     make_node,
     make_pod,
-    metric,
+    pod_watch_healthy,
     scheduled_node,
     set_load,
     wait_loadext_sees,
 )
 from harness.exporter import Exporter
 from harness.kubernetes import wait_until
+from harness.metrics_text import metric_value
 
 
 def test_a_measured_pod_counts_as_it_runs_and_teaches_its_owners_next_pod(
@@ -40,8 +41,7 @@ def test_a_measured_pod_counts_as_it_runs_and_teaches_its_owners_next_pod(
     )
     usage = {"namespace": E2E_NAMESPACE, "pod": f"{slug}-web-0", "container": "app"}
     try:
-        watching = 'loadext_kube_watch_healthy{resource="pods"} '
-        wait_until(lambda: metric(cluster.loadext.metrics(), watching) == 1, "the pod watch", timeout=30)
+        wait_until(lambda: pod_watch_healthy(cluster.loadext.metrics()), "the pod watch", timeout=30)
         make_pod(cluster.core, f"{slug}-web-0", slug, "loadext-scheduler", cpu="2", owner_references=[owner])
         assert scheduled_node(cluster.core, f"{slug}-web-0") == node
 
@@ -60,8 +60,10 @@ def test_a_measured_pod_counts_as_it_runs_and_teaches_its_owners_next_pod(
         estimate = report["filter"]["estimate"]
         assert estimate["source"] == {"cpu": "owner", "memory": "owner"}, estimate
         assert estimate["cpuCores"] == pytest.approx(0.25, rel=0.2) and estimate["memoryBytes"] == 100 * 2**20
-        errors = 'loadext_estimate_error_ratio_count{resource="cpu",source="factor"} '
-        assert metric(cluster.loadext.metrics(), errors) >= 1  # 2 cores estimated against 0.25 used
+        errors = metric_value(
+            cluster.loadext.metrics(), "loadext_estimate_error_ratio_count", resource="cpu", source="factor"
+        )
+        assert errors >= 1  # 2 cores estimated against 0.25 used
     finally:
         exporter.remove("container_cpu_usage_seconds_total", **usage)
         exporter.remove("container_memory_working_set_bytes", **usage)

@@ -28,7 +28,6 @@ from harness.cluster import (
     e2e_config,
     make_node,
     make_pod,
-    metric,
     scenario,
     scheduled_node,
     set_load,
@@ -36,6 +35,7 @@ from harness.cluster import (
 )
 from harness.exporter import Exporter
 from harness.kubernetes import wait_until
+from harness.metrics_text import metric_if_present, metric_value
 from harness.wire import fixture_bytes
 
 pytestmark = pytest.mark.e2e
@@ -48,7 +48,7 @@ def test_configmap_deleted_keeps_the_last_good_config(cluster: Cluster, exporter
     cluster.core.delete_namespaced_config_map("loadext-config", "loadext")
     try:
         wait_until(
-            lambda: metric(cluster.loadext.metrics(), "loadext_config_last_reload_successful ") == 0,
+            lambda: metric_value(cluster.loadext.metrics(), "loadext_config_last_reload_successful") == 0,
             "loadext to notice the deletion",
             timeout=20,
         )
@@ -61,7 +61,7 @@ def test_configmap_deleted_keeps_the_last_good_config(cluster: Cluster, exporter
             "loadext", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="loadext-config"), data=saved.data)
         )
     wait_until(
-        lambda: metric(cluster.loadext.metrics(), "loadext_config_last_reload_successful ") == 1,
+        lambda: metric_value(cluster.loadext.metrics(), "loadext_config_last_reload_successful") == 1,
         "the re-created ConfigMap to be accepted",
         timeout=20,
     )
@@ -89,8 +89,8 @@ def test_loadext_killed_mid_burst_the_scheduler_keeps_scheduling(
         assert scheduled_node(cluster.core, f"{slug}-after-{i}") == nodes["cool"]
 
 
-def _watch_healthy(cluster: Cluster, resource: str) -> float:
-    return metric(cluster.loadext.metrics(), f'loadext_kube_watch_healthy{{resource="{resource}"}}')
+def _watch_healthy(cluster: Cluster, resource: str) -> float | None:
+    return metric_if_present(cluster.loadext.metrics(), "loadext_kube_watch_healthy", resource=resource)
 
 
 def _explained_nodes(cluster: Cluster) -> set[str]:

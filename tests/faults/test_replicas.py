@@ -28,8 +28,8 @@ from harness.cluster import (
     create_burst,
     e2e_config,
     level_shares,
-    metric,
     placements,
+    pod_watch_healthy,
     shipped_scheduler_config,
     ten_nodes_one_idle,
 )
@@ -62,10 +62,9 @@ def test_a_replica_killed_mid_burst_the_other_carries_on_with_the_same_herd(
         wait_until(lambda: ready(replica_url), "the second replica", timeout=30, process=replica)
         cluster.loadext.set_config(guarded)  # one ConfigMap: both replicas apply it
         expected = parse_config(yaml.safe_dump(guarded)).hash
-        watching = 'loadext_kube_watch_healthy{resource="pods"} '
         for url in (replica_url, cluster.loadext.url):
             wait_until(lambda u=url: _get(u, "/explain")["configHash"] == expected, "the config", timeout=30)
-            wait_until(lambda u=url: metric(_text(u, "/metrics"), watching) == 1, "the pod watch", timeout=30)
+            wait_until(lambda u=url: pod_watch_healthy(_text(u, "/metrics")), "the pod watch", timeout=30)
         config = shipped_scheduler_config(cluster.plane, "base")
         config["profiles"][0]["schedulerName"] = scheduler_name
         config["extenders"][0].update(urlPrefix=balancer.url, ignorable=False)  # no scheduling without loadext

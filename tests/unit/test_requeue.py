@@ -1,6 +1,6 @@
 """Stranded pods (a filter that passed no node) and when a node reopens for them; the preempt
 verb judging nodes with the preemptor's estimate. The Node annotation that makes kube-scheduler
-retry them is exercised against the real scheduler in tests/e2e/test_scheduling.py."""
+retry them is exercised against the real scheduler in tests/e2e/test_herd_guard.py."""
 
 from __future__ import annotations
 
