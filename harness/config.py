@@ -19,10 +19,12 @@ def loadext_config(
     refresh: str = "200ms",
     max_age: str = "30s",
     timeout: str = "500ms",
+    signal_settings: dict[str, dict[str, Any]] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """cpu (threshold 0.8) and memory (0.9), weight 1 each, nodes named by the `node` label;
-    `overrides` replace or add top-level keys (herdGuard=..., failurePolicy=...)."""
+    `signal_settings` add to a signal's entry by name (cpu={"hard": True}); `overrides`
+    replace or add top-level keys (herdGuard=..., failurePolicy=...)."""
     config: dict[str, Any] = {
         "prometheus": {"url": prometheus_url, "timeout": timeout},
         "refreshInterval": refresh,
@@ -33,8 +35,21 @@ def loadext_config(
             {"name": "memory", "query": memory_query, "threshold": 0.9, "weight": 1},
         ],
     }
+    for signal in config["signals"]:
+        signal.update((signal_settings or {}).get(signal["name"], {}))
     config.update(overrides)
     return config
+
+
+def stored_config(**settings: Any) -> str:
+    """The document of a loadext whose data a test stores itself (no Prometheus answers at its
+    URL): the same two signals with every timing at loadext's own default; `settings` as for
+    loadext_config."""
+    return as_yaml(
+        loadext_config(
+            "http://127.0.0.1:1", "cpu_ratio", "memory_ratio", refresh="15s", max_age="60s", timeout="2s", **settings
+        )
+    )
 
 
 def as_yaml(config: dict[str, Any]) -> str:

@@ -14,20 +14,15 @@ from typing import Any
 import orjson
 from aiohttp.test_utils import TestClient
 
-from harness.config import as_yaml, loadext_config
+from harness.config import as_yaml, loadext_config, stored_config
 from harness.exporter import Exporter
 from harness.waiting import eventually
 from loadext.app import App
 from loadext.core.snapshot import SignalValues
 from loadext.http.limits import Limits
 
-STORED_CONFIG = """
-prometheus: {url: "http://127.0.0.1:1"}
-signals:
-  - {name: cpu, query: cpu_ratio, threshold: 0.8, weight: 1}
-  - {name: memory, query: memory_ratio, threshold: 0.9, weight: 1}
-"""
-HERD_GUARDED_CONFIG = STORED_CONFIG + "herdGuard: {enabled: true, window: 5m}\n"  # the guard on, learning on
+STORED_CONFIG = stored_config()
+HERD_GUARDED_CONFIG = stored_config(herdGuard={"enabled": True, "window": "5m"})  # the guard on, learning on
 STORED_CPU = {"ceph1": 0.3, "ceph2": 0.95, "ceph3": 0.1}
 STORED_MEMORY = {"ceph1": 0.5, "ceph2": 0.5, "ceph3": 0.5}
 

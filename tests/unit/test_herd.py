@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.config import stored_config
 from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.app import App
@@ -21,7 +22,7 @@ from loadext.core.extender import top_pick
 from loadext.core.herd.correction import Candidate, corrected
 from loadext.core.herd.inflight import NO_PLACEMENTS, InFlight, Placement, next_change, unseen_share
 from loadext.core.herd.usage import EstimateRule, Usage, container_estimate, pod_estimate
-from loadext.core.requests import ExtenderArgs, PodRef
+from loadext.core.requests import ExtenderArgs, NodeInfo, PodRef
 from loadext.sources.kube import bound_pod
 from loadext.sources.objects import Pod
 
@@ -65,18 +66,9 @@ def test_in_flight_window_and_removal() -> None:
     assert dict(inflight.per_node(now + 61)) == {}
 
 
-CONFIG = """
-prometheus: {url: "http://127.0.0.1:1"}
-signals:
-  - {name: cpu, query: c, threshold: 0.8, weight: 1}
-  - {name: memory, query: m, threshold: 0.9, weight: 1}
-herdGuard: {enabled: %s, window: 5m, burstCap: %d}
-"""
-
-
 def guarded_app(enabled: bool, burst_cap: int = 0) -> App:
     return stored_app(
-        CONFIG % ("true" if enabled else "false", burst_cap),
+        stored_config(herdGuard={"enabled": enabled, "window": "5m", "burstCap": burst_cap}),
         {"ceph1": 0.78, "ceph2": 0.50, "ceph3": 0.50},
         {"ceph1": 0.30, "ceph2": 0.30, "ceph3": 0.30},
     )
@@ -195,15 +187,12 @@ def test_the_guess_is_spread_over_tied_top_scores() -> None:
     assert top_pick([5], 0) == 0
 
 
-HERD_CONFIG = """
-prometheus: {url: "http://127.0.0.1:1"}
-signals:
-  - {name: cpu, query: c, threshold: 0.8, weight: 1}
-  - {name: memory, query: m, threshold: 0.9, weight: 1}
-herdGuard: {enabled: true, window: 5m, burstCap: 3}
-"""
+def herd_config(kind: str) -> str:
+    identity = {"label": "node" if kind == "name" else "instance", "kind": kind}
+    return stored_config(herdGuard={"enabled": True, "window": "5m", "burstCap": 3}, nodeIdentity=identity)
 
 
+@pytest.mark.parametrize("kind", ["name", "address"])
 @settings(max_examples=100)
 @given(
     loads=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=12),
@@ -214,14 +203,22 @@ herdGuard: {enabled: true, window: 5m, burstCap: 3}
     ),
 )
 def test_fast_herd_correction_equals_the_reference(
-    loads: list[tuple[float, float]], placements: list[tuple[int, int]], requests: list[tuple[int, int, bool]]
+    kind: str,
+    loads: list[tuple[float, float]],
+    placements: list[tuple[int, int]],
+    requests: list[tuple[int, int, bool]],
 ) -> None:
     """Extender.verdicts (memoized per pod size, re-judging only nodes with placements in flight)
-    decides exactly as correction.corrected over every candidate one by one, call after call."""
+    decides exactly as correction.corrected over every candidate one by one, call after call,
+    with nodes named by name or by address (where every third node has no IP: no data)."""
     names = [f"n{i}" for i in range(len(loads))]
-    cpu, memory = (dict(zip(names, column, strict=True)) for column in zip(*loads, strict=True))
-    app = stored_app(HERD_CONFIG, cpu, memory)
+    keys = names if kind == "name" else [f"10.0.0.{i}" for i in range(len(loads))]
+    cpu, memory = (dict(zip(keys, column, strict=True)) for column in zip(*loads, strict=True))
+    app = stored_app(herd_config(kind), cpu, memory)
     cluster = app.cluster
+    if kind == "address":
+        for i, name in enumerate(names):
+            cluster.node_seen(NodeInfo(name, () if i % 3 == 2 else (keys[i],), {}, {}))
     for name in names[::2]:  # some nodes with allocatable, some without (nothing to add it to)
         cluster.directory.set_allocatable(name, {"cpu": 8.0, "memory": 32.0 * GiB})
     for i, (node, millicores) in enumerate(placements):
@@ -233,9 +230,11 @@ def test_fast_herd_correction_equals_the_reference(
         pod = PodRef("default", uid, uid, (), (({"cpu": f"{millicores}m"}, {}),))
         args = ExtenderArgs(pod, list(asked))
         fast = app.extender.verdicts(args)
-        table, now = cluster.table(), cluster.clock()
+        table, now, samples = cluster.table(), cluster.clock(), cluster.cache.snapshot.by_identity
+        identities = cluster.identities_of(asked, {}, table)
         candidates = [
-            Candidate(n, table.verdict(n), cluster.cache.snapshot.by_identity.get(n), table.pools.get(n)) for n in asked
+            Candidate(n, table.verdict(i), samples.get(i), table.pools.get(i))
+            for n, i in zip(asked, identities, strict=True)
         ]
         in_flight, incoming = cluster.ledger.inflight.per_node(now), cluster.ledger.estimate(pod).usage
         own, capacity = cluster.ledger.inflight.get(uid), cluster.directory.allocatable

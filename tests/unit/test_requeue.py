@@ -15,6 +15,7 @@ import orjson
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from harness.config import stored_config
 from harness.inprocess import client_for, post, stored_app
 from harness.waiting import eventually
 from harness.wire import fixture_bytes
@@ -26,13 +27,11 @@ from loadext.core.snapshot import SignalValues
 from loadext.http.protocol import Codec
 from loadext.sources import requeue
 
-HOT = """
-prometheus: {url: "http://127.0.0.1:1"}
-signals:
-  - {name: cpu, query: c, threshold: 0.8, weight: 1}
-  - {name: memory, query: m, threshold: 0.9, weight: 1}
-herdGuard: {enabled: %s, window: 5m, soft: false, burstCap: %d}
-"""
+
+def hot(guarded: bool, burst_cap: int) -> str:
+    return stored_config(herdGuard={"enabled": guarded, "window": "5m", "soft": False, "burstCap": burst_cap})
+
+
 MEMORY = {"ceph1": 0.3, "ceph2": 0.3, "ceph3": 0.3}
 POD_UID = Codec().decode_extender_args(fixture_bytes("filter-names.json")).args.pod.uid  # type: ignore[union-attr]
 
@@ -60,7 +59,7 @@ def test_ledger_groups_by_estimate_renudges_and_forgets() -> None:
 
 
 async def test_an_all_hot_cluster_strands_the_pod_until_a_node_cools(aiohttp_client: Any) -> None:
-    app = stored_app(HOT % ("false", 0), {"ceph1": 0.95, "ceph2": 0.9, "ceph3": 0.85}, MEMORY)
+    app = stored_app(hot(False, 0), {"ceph1": 0.95, "ceph2": 0.9, "ceph3": 0.85}, MEMORY)
     client = await client_for(aiohttp_client, app)
     _, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))
     assert reply["NodeNames"] == []
@@ -75,7 +74,7 @@ async def test_an_all_hot_cluster_strands_the_pod_until_a_node_cools(aiohttp_cli
 
 
 async def test_herd_refusals_reopen_when_a_placement_leaves(aiohttp_client: Any) -> None:
-    app = stored_app(HOT % ("true", 1), {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
+    app = stored_app(hot(True, 1), {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
     cluster = app.cluster
     for node in ("ceph1", "ceph2", "ceph3"):
         cluster.ledger.place(f"recent-{node}", node, time.time(), Usage(0.1, 0))
@@ -88,7 +87,7 @@ async def test_herd_refusals_reopen_when_a_placement_leaves(aiohttp_client: Any)
 
 
 async def test_a_bound_pod_is_no_longer_stranded(aiohttp_client: Any) -> None:
-    app = stored_app(HOT % ("true", 1), {"ceph1": 0.95, "ceph2": 0.95, "ceph3": 0.95}, MEMORY)
+    app = stored_app(hot(True, 1), {"ceph1": 0.95, "ceph2": 0.95, "ceph3": 0.95}, MEMORY)
     client = await client_for(aiohttp_client, app)
     await post(client, "/filter", fixture_bytes("filter-names.json"))
     assert len(app.cluster.stranded) == 1
@@ -112,7 +111,7 @@ class RefusingApi:
 async def test_a_refused_annotation_is_counted_and_logged_once(
     aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    app = stored_app(HOT % ("false", 0), {"ceph1": 0.95, "ceph2": 0.9, "ceph3": 0.4}, MEMORY)
+    app = stored_app(hot(False, 0), {"ceph1": 0.95, "ceph2": 0.9, "ceph3": 0.4}, MEMORY)
     api, now = RefusingApi(), [time.time()]
     app.cluster.clock = lambda: now[0]
     for uid in ("p1", "p2"):
@@ -138,15 +137,6 @@ async def test_a_refused_annotation_is_counted_and_logged_once(
     assert len(warnings) == 1 and "403 Forbidden" in warnings[0].message and "patch on nodes" in warnings[0].message
 
 
-PREEMPT = """
-prometheus: {url: "http://127.0.0.1:1"}
-signals:
-  - {name: cpu, query: c, threshold: 0.8, weight: 1}
-  - {name: memory, query: m, threshold: 0.9, weight: 1}
-herdGuard: {enabled: %s, window: 5m}
-"""
-
-
 @pytest.mark.parametrize("guarded", [False, True])
 async def test_preempt_judges_with_the_preemptors_estimate_and_without_its_victims(
     aiohttp_client: Any, guarded: bool
@@ -154,7 +144,9 @@ async def test_preempt_judges_with_the_preemptors_estimate_and_without_its_victi
     # The preemptor (500m request, 2-core limit) is estimated at 1.7 of 31.5 cores, +5.4 %.
     # ceph2 at 78 % would be over 80 % with it. ceph3 at 50 % has a 10-core victim in flight
     # (+31.7 %): over with the victim, well under once it is gone.
-    app = stored_app(PREEMPT % ("true" if guarded else "false"), {"ceph2": 0.78, "ceph3": 0.5}, MEMORY)
+    app = stored_app(
+        stored_config(herdGuard={"enabled": guarded, "window": "5m"}), {"ceph2": 0.78, "ceph3": 0.5}, MEMORY
+    )
     cluster = app.cluster
     for node in ("ceph2", "ceph3"):
         cluster.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128 * 1024**3})

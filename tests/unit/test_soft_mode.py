@@ -9,26 +9,22 @@ from typing import Any
 
 import orjson
 
+from harness.config import stored_config
 from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.app import App
 from loadext.core.herd.usage import Usage
 from loadext.http.protocol import Codec
 
-GUARD = """
-prometheus: {url: "http://127.0.0.1:1"}
-signals:
-  - {name: cpu, query: c, threshold: 0.8, weight: 1}
-  - {name: memory, query: m, threshold: 0.9, weight: 1}
-herdGuard: {enabled: true, window: 5m, burstCap: 1%s}
-"""
-HOT = """
-prometheus: {url: "http://127.0.0.1:1"}
-signals:
-  - {name: cpu, query: c, threshold: 0.8, weight: 1%s}
-  - {name: memory, query: m, threshold: 0.9, weight: 1}
-filterMode: soft
-"""
+
+def guarded(burst_cap: int = 1, **herd: Any) -> str:
+    return stored_config(herdGuard={"enabled": True, "window": "5m", "burstCap": burst_cap, **herd})
+
+
+def all_hot(**cpu: Any) -> str:
+    return stored_config(filterMode="soft", signal_settings={"cpu": cpu})
+
+
 MEMORY = {"ceph1": 0.3, "ceph2": 0.3, "ceph3": 0.3}
 
 
@@ -49,7 +45,7 @@ def one_pod_placed_on_every_node(app: App) -> None:
 
 
 async def test_a_burst_cap_on_every_node_does_not_strand_the_pod(aiohttp_client: Any) -> None:
-    ext = stored_app(GUARD % "", {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
+    ext = stored_app(guarded(), {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
     one_pod_placed_on_every_node(ext)
     reply, metrics = await filter_names(aiohttp_client, ext)
     # All three under their thresholds, each at its cap: the least full passes, ceph2 at 20 %
@@ -60,7 +56,7 @@ async def test_a_burst_cap_on_every_node_does_not_strand_the_pod(aiohttp_client:
 
 
 async def test_herd_soft_off_lets_pods_wait(aiohttp_client: Any) -> None:
-    ext = stored_app(GUARD % ", soft: false", {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
+    ext = stored_app(guarded(soft=False), {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
     one_pod_placed_on_every_node(ext)
     reply, metrics = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == [] and len(reply["FailedAndUnresolvableNodes"]) == 3
@@ -68,7 +64,7 @@ async def test_herd_soft_off_lets_pods_wait(aiohttp_client: Any) -> None:
 
 
 async def test_an_all_hot_cluster_schedules_onto_the_least_hot_node(aiohttp_client: Any) -> None:
-    ext = stored_app(HOT % "", {"ceph1": 0.95, "ceph2": 0.85, "ceph3": 0.97}, MEMORY)
+    ext = stored_app(all_hot(), {"ceph1": 0.95, "ceph2": 0.85, "ceph3": 0.97}, MEMORY)
     reply, metrics = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == ["ceph2"]
     assert set(reply["FailedAndUnresolvableNodes"]) == {"ceph1", "ceph3"}
@@ -76,13 +72,13 @@ async def test_an_all_hot_cluster_schedules_onto_the_least_hot_node(aiohttp_clie
 
 
 async def test_a_hard_signal_still_refuses_in_soft_mode(aiohttp_client: Any) -> None:
-    ext = stored_app(HOT % ", hard: true", {"ceph1": 0.95, "ceph2": 0.85, "ceph3": 0.97}, MEMORY)
+    ext = stored_app(all_hot(hard=True), {"ceph1": 0.95, "ceph2": 0.85, "ceph3": 0.97}, MEMORY)
     reply, _ = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == [] and len(reply["FailedAndUnresolvableNodes"]) == 3
 
 
 async def test_soft_mode_changes_nothing_while_some_node_passes(aiohttp_client: Any) -> None:
-    ext = stored_app(HOT % "", {"ceph1": 0.95, "ceph2": 0.5, "ceph3": 0.97}, MEMORY)
+    ext = stored_app(all_hot(), {"ceph1": 0.95, "ceph2": 0.5, "ceph3": 0.97}, MEMORY)
     reply, metrics = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == ["ceph2"] and "loadext_filter_soft_passes_total{" not in metrics
 
@@ -91,7 +87,7 @@ def three_pods_in_flight_on_ceph2() -> tuple[App, Usage]:
     """ceph1 at 76 %, ceph2 at 70 % with three pods (1.7 of 31.5 cores each) in flight, ceph3 at
     78 %: the fixture pod (another 1.7 cores, 5.4 %) is refused on each for the herd guard.
     Returns the app and the pod's estimate."""
-    ext = stored_app(GUARD % "0", {"ceph1": 0.76, "ceph2": 0.70, "ceph3": 0.78}, MEMORY)  # burstCap 10
+    ext = stored_app(guarded(10), {"ceph1": 0.76, "ceph2": 0.70, "ceph3": 0.78}, MEMORY)  # burstCap 10
     cluster = ext.cluster
     pod = Codec().decode_extender_args(fixture_bytes("filter-names.json")).args.pod
     assert pod is not None

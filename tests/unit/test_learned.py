@@ -1,4 +1,4 @@
-"""Learned usage estimates (core/usage.py): the source order, owner history and its bounds, and
+"""Learned usage estimates (core/herd/learned.py): the source order, owner history and its bounds, and
 how a measured pod changes its node's in-flight correction."""
 
 from __future__ import annotations

@@ -1,0 +1,71 @@
+"""The Ingest port (core/ingest.py) as a source sees it: every event, and what the verbs then
+decide. Each test holds the cluster only as an `Ingest`, as sources/ do."""
+
+from __future__ import annotations
+
+import time
+
+from harness.config import stored_config
+from loadext.app import App
+from loadext.config import parse_config
+from loadext.core.ingest import Ingest
+from loadext.core.requests import BoundPod, ExtenderArgs, NodeInfo, PodRef
+from loadext.core.snapshot import SignalValues
+
+SPEC = (({"cpu": "2"}, {"cpu": "2"}),)  # 2 cores each, counted as 2 of the node's 8
+INCOMING = PodRef("default", "web-9", "uid-9", ("ReplicaSet",), SPEC)
+
+
+def guarded_app() -> tuple[App, Ingest]:
+    app = App(stored_config(herdGuard={"enabled": True, "window": "5m", "soft": False}))
+    return app, app.cluster
+
+
+def passes(app: App, node: str) -> bool:
+    return app.extender.verdicts(ExtenderArgs(INCOMING, [node]))[0].passed
+
+
+def test_a_round_nodes_and_pods_through_the_port_decide_the_verbs() -> None:
+    app, ingest = guarded_app()
+    now = ingest.clock()
+    round_ = ingest.refreshed([SignalValues("cpu", {"n1": 0.5}, now), SignalValues("memory", {"n1": 0.3}, now)])
+    assert round_.table.verdict("n1").passed and app.cluster.ready
+    ingest.nodes_listed([NodeInfo("n1", ("10.0.0.1",), {}, {"cpu": "8", "memory": "32Gi"})])
+    assert passes(app, "n1")  # 50 % + the incoming 25 %: under 80 %
+    placed = BoundPod(PodRef("default", "web-1", "uid-1", ("ReplicaSet",), SPEC), "n1", time.time())
+    ingest.pod_bound(placed)
+    assert not passes(app, "n1")  # + 25 % in flight: over
+    ingest.pod_gone("uid-1")
+    assert passes(app, "n1")
+    ingest.pods_listed([placed])
+    assert not passes(app, "n1")
+    ingest.pods_unwatched()  # the pod watch stopped: what it told is forgotten
+    assert passes(app, "n1")
+    ingest.node_seen(NodeInfo("n1", ("10.0.0.1",), {}, {"cpu": "4", "memory": "32Gi"}))
+    assert not passes(app, "n1")  # the incoming 2 cores are half of 4 now
+    ingest.node_gone("n1")
+    assert passes(app, "n1")  # no allocatable: nothing to add the estimate to
+
+
+def test_signal_health_and_a_config_applied_through_the_port() -> None:
+    app, ingest = guarded_app()
+    ingest.signal_failed("cpu", "timeout", "read timed out")
+    assert app.cluster.signal_health.failing("cpu") is not None
+    ingest.signal_succeeded("cpu")
+    assert app.cluster.signal_health.failing("cpu") is None
+    assert not app.cluster.identities.needs_addresses
+    by_address = stored_config(nodeIdentity={"label": "instance", "kind": "address"}, filterMode="soft")
+    ingest.config_applied(parse_config(by_address))
+    assert ingest.config.filter_mode == "soft"
+    assert app.cluster.identities.needs_addresses and app.cluster.needs_node_details  # http decodes IPs now
+
+
+def test_stranded_pods_reopen_through_the_port() -> None:
+    app, ingest = guarded_app()
+    now = ingest.clock()
+    ingest.refreshed([SignalValues("cpu", {"n1": 0.95}, now), SignalValues("memory", {"n1": 0.3}, now)])
+    assert not app.extender.filter(ExtenderArgs(INCOMING, ["n1"])).passed  # stranded
+    assert ingest.reopened_node() is None
+    ingest.refreshed([SignalValues("cpu", {"n1": 0.4}, now), SignalValues("memory", {"n1": 0.3}, now)])
+    assert ingest.reopened_node() == "n1"
+    assert ingest.stranded_nudged() == 1
