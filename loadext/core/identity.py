@@ -12,34 +12,18 @@ loadext asks which kind is configured:
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from loadext.config import Config, NodeIdentity, Pool
+from loadext.core.addresses import normalise_address
 from loadext.core.policy import DecisionTable
 from loadext.core.snapshot import Snapshot
 
-if TYPE_CHECKING:  # the directory imports normalise_address from here
+if TYPE_CHECKING:  # a type only: sources/ parse series keys with this module, never touch the directory
     from loadext.core.nodes import NodeDirectory
 
 Addresses = Mapping[str, tuple[str, ...]]  # node name -> IPs as a request gave them
-
-
-def normalise_address(value: str) -> str | None:
-    """'10.0.0.7:9100' -> '10.0.0.7'; '[fd00::7]:9100' -> 'fd00::7'; not an IP -> None."""
-    text = value.strip()
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            return None
-        text = text[1:end]
-    elif text.count(":") == 1:
-        text = text.split(":", 1)[0]
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        return None
 
 
 class Identities(Protocol):

@@ -1,9 +1,8 @@
-"""Which nodes exist and how a Prometheus label value names one of them.
+"""Which nodes exist, with their IPs, labels and allocatable: the NodeDirectory.
 
-A series names its node either by name (`node="worker-1"`) or by the address it was scraped on
-(`instance="10.0.0.7:9100"`, `instance="[fd00::7]:9100"`). Address identities are matched to a
-Node's InternalIP; the addresses come from the Node objects in non-cache requests or from a
-Node list/watch. Both feed the NodeDirectory.
+It learns them from the Node list/watch and from the scheduler's requests (names, and in
+non-cache mode the full Node objects). identity.py reads it to match a series' label value
+to a node.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
-from loadext.core.identity import normalise_address
+from loadext.core.addresses import normalise_address
 
 
 class NodeDirectory:

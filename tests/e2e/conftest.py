@@ -1,4 +1,9 @@
-"""Everything under tests/e2e/ needs the real control plane (Go-built binaries): marked e2e."""
+"""Everything under tests/e2e/ needs the real control plane (Go-built binaries): marked e2e.
+
+The modules share one control plane (harness/cluster.py). Each test owns its nodes (labelled
+with its case) and its pods select only those nodes, so tests never see each other's nodes.
+Nodes are API objects with kubelet-like status; no kubelet runs, so pods are only ever
+scheduled, never started."""
 
 from __future__ import annotations
 

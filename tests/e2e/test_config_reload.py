@@ -1,9 +1,5 @@
 """A ConfigMap edit through the API applied live, and a bad one rejected with the last good
 config kept.
-
-Each test owns its nodes (labelled with its case) and its pods select only those nodes, so
-tests never see each other's nodes. Nodes are API objects with kubelet-like status; no kubelet
-runs, so pods are only ever scheduled, never started.
 """
 
 from __future__ import annotations

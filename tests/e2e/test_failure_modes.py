@@ -1,9 +1,5 @@
 """What the real kube-scheduler does when Prometheus or loadext cannot be reached, and loadext
 served over mTLS as the scheduler reaches it.
-
-Each test owns its nodes (labelled with its case) and its pods select only those nodes, so
-tests never see each other's nodes. Nodes are API objects with kubelet-like status; no kubelet
-runs, so pods are only ever scheduled, never started.
 """
 
 from __future__ import annotations

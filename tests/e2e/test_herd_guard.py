@@ -1,9 +1,5 @@
 """The herd guard under the real kube-scheduler: a burst spread by the estimates, a burst beyond
 them never stranded, and a stranded pod retried as soon as a node cools.
-
-Each test owns its nodes (labelled with its case) and its pods select only those nodes, so
-tests never see each other's nodes. Nodes are API objects with kubelet-like status; no kubelet
-runs, so pods are only ever scheduled, never started.
 """
 
 from __future__ import annotations

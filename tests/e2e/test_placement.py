@@ -1,9 +1,5 @@
 """The real kube-scheduler placing real pods through loadext, from real Prometheus data: the
 least loaded node, never a hot one, by name or by address, with per-pool thresholds.
-
-Each test owns its nodes (labelled with its case) and its pods select only those nodes, so
-tests never see each other's nodes. Nodes are API objects with kubelet-like status; no kubelet
-runs, so pods are only ever scheduled, never started.
 """
 
 from __future__ import annotations

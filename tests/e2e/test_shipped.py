@@ -1,10 +1,6 @@
 """The shipped manifests and scheduler configuration on the real API server: they pass
 server-side validation, the schedulers run them, and loadext's one write to Nodes is its
 annotation.
-
-Each test owns its nodes (labelled with its case) and its pods select only those nodes, so
-tests never see each other's nodes. Nodes are API objects with kubelet-like status; no kubelet
-runs, so pods are only ever scheduled, never started.
 """
 
 from __future__ import annotations

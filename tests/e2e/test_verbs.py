@@ -1,9 +1,5 @@
 """preempt and bind on the real control plane: victims only where loadext's filter passes,
 loadext's own Binding, and DaemonSet pods never filtered.
-
-Each test owns its nodes (labelled with its case) and its pods select only those nodes, so
-tests never see each other's nodes. Nodes are API objects with kubelet-like status; no kubelet
-runs, so pods are only ever scheduled, never started.
 """
 
 from __future__ import annotations

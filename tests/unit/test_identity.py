@@ -5,7 +5,8 @@ pools and the series-to-node mapping."""
 from __future__ import annotations
 
 from loadext.config import NodeIdentity, parse_config
-from loadext.core.identity import ByAddress, ByName, identities_for, normalise_address
+from loadext.core.addresses import normalise_address
+from loadext.core.identity import ByAddress, ByName, identities_for
 from loadext.core.nodes import NodeDirectory
 from loadext.core.policy import DecisionTable, build_table
 from loadext.core.snapshot import Sample, Snapshot
