@@ -112,7 +112,7 @@ def explain_pod(decisions: DecisionLog, cluster: Cluster, pod: str) -> dict[str,
             out[verb]["estimate"] = {
                 "cpuCores": round(usage.cpu, 3),
                 "memoryBytes": round(usage.memory),
-                # per resource: measured, owner (its recent pods' median) or factor (core/usage.py)
+                # per resource: measured, owner (its recent pods' median) or factor (core/herd/learned.py)
                 "source": {"cpu": cpu_source, "memory": memory_source},
             }
     return out

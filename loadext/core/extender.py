@@ -186,7 +186,7 @@ def _rejections(table: DecisionTable, reasons: Tally[str], verdicts: Iterable[Ve
 def top_pick(scores: list[int], start: int) -> int:
     """The index of the first top score at or after `start`, wrapping around.
 
-    The top node is loadext's guess of where the pod goes (expect_placement). kube-scheduler
+    The top node is loadext's guess of where the pod goes (Guard.count_now). kube-scheduler
     breaks ties at random (selectHost), so a guess that always took the first tied node would
     keep counting the pod on that one node, which would then look a pod busier than its peers
     at every moment of a burst and be starved. A random start spreads the guess over the ties;

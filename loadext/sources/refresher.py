@@ -63,7 +63,7 @@ class Refresher:
         self.metrics.round_published(built.snapshot, mapping, (s.name for s in config.signals))
 
     async def _refresh_pod_usage(self, source: PrometheusSource) -> None:
-        """With the herd guard on: each pod's own usage, for learned estimates (core/usage.py)."""
+        """With the herd guard on: each pod's own usage, for learned estimates (core/herd/learned.py)."""
         guard = self.ingest.config.herd_guard
         queries = guard.pod_usage_queries() if guard.enabled else {}
         if not queries:

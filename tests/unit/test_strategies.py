@@ -61,7 +61,7 @@ def test_combine_is_the_weighted_mean_on_the_extender_scale() -> None:
         ("scoring: {strategy: riskAware}", Sample(0.5, NOW, mean=0.5, stddev=0.1), None),
     ],
 )
-def test_strategy_for_follows_the_config(scoring: str, sample: Sample, expected: float | None) -> None:
+def test_the_strategy_follows_the_config(scoring: str, sample: Sample, expected: float | None) -> None:
     config = parse_config(f'prometheus: {{url: "http://p:9090"}}\npreset: kube-prometheus\n{scoring}\n')
     strategy = STRATEGIES[config.scoring.strategy].make(dict(config.scoring.params))
     if expected is None:  # riskAware: the config's k decides, the mean alone does not
