@@ -18,9 +18,14 @@ class WatchMetrics:
         )
 
     def health_of(self, resource: str) -> Callable[[bool], None]:
-        """What a watch calls with True while it is current, False while it retries."""
-        gauge = self.watch_healthy.labels(resource)
-        return lambda healthy: gauge.set(1 if healthy else 0)
+        """What a watch calls with True while it is current, False while it retries. The child
+        is looked up on each call, not kept: once `unwatched` removed the series, a restarted
+        watch must bring it back."""
+
+        def report(healthy: bool) -> None:
+            self.watch_healthy.labels(resource).set(1 if healthy else 0)
+
+        return report
 
     def unwatched(self, resource: str) -> Callable[[], None]:
         """What a stopped watch calls: its series goes (a stopped watch is neither current nor failing)."""

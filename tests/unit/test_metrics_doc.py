@@ -59,3 +59,15 @@ def test_metrics_reference_matches_the_telemetry_definitions() -> None:
 def test_every_prometheus_error_kind_is_documented() -> None:
     row = next(line for line in DOC.read_text().splitlines() if "`loadext_prometheus_query_errors_total" in line)
     assert sorted(kind for kind in ERROR_KINDS if f"`{kind}`" not in row) == []
+
+
+def test_a_watch_stopped_and_started_again_reports_its_health_again() -> None:
+    """The herd guard off then on again: the pod watch's series goes, then comes back."""
+    telemetry = Telemetry()
+    report, forget = telemetry.watches.health_of("pods"), telemetry.watches.unwatched("pods")
+    report(True)
+    assert telemetry.registry.get_sample_value("loadext_kube_watch_healthy", {"resource": "pods"}) == 1
+    forget()
+    assert telemetry.registry.get_sample_value("loadext_kube_watch_healthy", {"resource": "pods"}) is None
+    report(True)
+    assert telemetry.registry.get_sample_value("loadext_kube_watch_healthy", {"resource": "pods"}) == 1
