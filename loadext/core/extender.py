@@ -3,7 +3,7 @@
 Each verb is the same three steps: the candidates' identities and the table in force
 (cluster.py), the herd guard's correction where it applies (herd/guard.py; None leaves the
 table's verdicts standing), and the answer. No wire format, no metrics: http/ decodes the
-requests and encodes these results, telemetry.py counts them.
+requests and encodes these results, telemetry/verbs.py counts them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from loadext.core.requests import ExtenderArgs, PreemptionArgs
 from loadext.core.results import FilterResult, PreemptResult, PrioritizeResult, Rejections
 
 log = logging.getLogger(__name__)
-_PASSED, _REASON, _SCORE = attrgetter("passed"), attrgetter("reason"), attrgetter("score")
+_REASON, _SCORE = attrgetter("reason"), attrgetter("score")
 
 Judged = tuple[DecisionTable, list[str], list[Verdict] | None]  # table, identities, corrected verdicts
 
