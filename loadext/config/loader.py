@@ -7,15 +7,26 @@ error names the field path and the line it came from.
 
 from __future__ import annotations
 
-import difflib
-import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
 from loadext.config.presets import DEFAULT_THRESHOLDS, PRESETS
 from loadext.config.promql import syntax_error
+from loadext.config.reading import (
+    LineList,
+    LineLoader,
+    Section,
+    boolean,
+    choice,
+    positive_duration,
+    promql_or_off,
+    ratio,
+    string,
+    url,
+    weight,
+)
 from loadext.config.schema import (
     FAILURE_POLICIES,
     FILTER_MODES,
@@ -34,211 +45,10 @@ from loadext.config.schema import (
     Signal,
     default_of,
     derive_window,
-    key_of,
 )
-from loadext.config.units import parse_duration, quantity
+from loadext.config.units import quantity
 from loadext.scoring import STRATEGIES
 from loadext.scoring.base import ParamKind
-
-T = TypeVar("T")
-
-# --- YAML with line numbers -------------------------------------------------------------------
-
-
-class _LineDict(dict[str, Any]):
-    """A mapping that remembers the line of each key, so errors can point at it, and where each
-    value starts (line, column), for errors inside a value such as a query."""
-
-    line: int = 0
-    lines: dict[str, int]
-    starts: dict[str, tuple[int, int | None]]
-
-
-class _LineList(list[Any]):
-    line: int = 0
-    lines: list[int]
-
-
-class _LineLoader(yaml.SafeLoader):
-    pass
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _LineDict:
-    mapping = _LineDict()
-    mapping.line = node.start_mark.line + 1
-    mapping.lines = {}
-    mapping.starts = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        line = key_node.start_mark.line + 1
-        if not isinstance(key, str):
-            raise yaml.MarkedYAMLError(problem=f"key {key!r} is not a string", problem_mark=key_node.start_mark)
-        if key in mapping:
-            raise yaml.MarkedYAMLError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
-        mapping[key] = loader.construct_object(value_node, deep=True)
-        mapping.lines[key] = line
-        mark = value_node.start_mark
-        # A block scalar (query: >-) starts on the line after its indicator, at its indentation.
-        folded = isinstance(value_node, yaml.ScalarNode) and value_node.style in ("|", ">")
-        mapping.starts[key] = (mark.line + 2, None) if folded else (mark.line + 1, mark.column + 1)
-    return mapping
-
-
-def _construct_sequence(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> _LineList:
-    seq = _LineList(loader.construct_object(child, deep=True) for child in node.value)
-    seq.line = node.start_mark.line + 1
-    seq.lines = [child.start_mark.line + 1 for child in node.value]
-    return seq
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
-
-
-# --- field reader ------------------------------------------------------------------------------
-
-
-class _Section:
-    """Reads the keys of one mapping, recording errors instead of stopping at the first."""
-
-    def __init__(self, data: Any, path: str, errors: list[FieldError], line: int | None) -> None:
-        self.path = path
-        self.errors = errors
-        self.line = getattr(data, "line", line)
-        self.valid = isinstance(data, dict)
-        self.absent = data is None
-        if data is not None and not self.valid:
-            self.errors.append(FieldError(path or "<document>", self.line, "must be a mapping"))
-        self.data: dict[str, Any] = data if self.valid else {}
-        self.lines: dict[str, int] = getattr(data, "lines", {}) if self.valid else {}
-        self.seen: set[str] = set()
-
-    def child_path(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def error(self, key: str, message: str) -> None:
-        self.errors.append(FieldError(self.child_path(key), self.lines.get(key, self.line), message))
-
-    def value_error(self, key: str, message: str) -> None:
-        """An error inside the key's value, pointed at where the value starts."""
-        line, column = getattr(self.data, "starts", {}).get(key, (self.lines.get(key, self.line), None))
-        self.errors.append(FieldError(self.child_path(key), line, message, column))
-
-    def has(self, key: str) -> bool:
-        return self.data.get(key) is not None
-
-    def setting(self, cls: type, name: str, convert: Callable[[Any], T], default: Any = None) -> T:
-        """The field `name` of the config dataclass `cls`, read at its key (the last part of a
-        dotted one: the caller holds the section), defaulting to the dataclass's default
-        unless `default` (one that depends on other settings) is given."""
-        key = key_of(cls, name).rpartition(".")[2]
-        value: T = self.get(key, convert, default_of(cls, name) if default is None else default)
-        return value
-
-    def get(self, key: str, convert: Callable[[Any], T], default: T) -> T:
-        self.seen.add(key)
-        raw = self.data.get(key)
-        if raw is None:
-            return default
-        try:
-            return convert(raw)
-        except (TypeError, ValueError) as exc:
-            self.error(key, str(exc))
-            return default
-
-    def section(self, key: str) -> _Section:
-        self.seen.add(key)
-        return _Section(self.data.get(key), self.child_path(key), self.errors, self.lines.get(key, self.line))
-
-    def raw(self, key: str) -> Any:
-        self.seen.add(key)
-        return self.data.get(key)
-
-    def name_by(self, label: str) -> None:
-        """Errors below an entry of a list name it by `label` (signals[cpu]) rather than by index,
-        once the entry's own name is known."""
-        self.path = f"{self.path.rpartition('[')[0]}[{label}]"
-
-    def finish(self) -> None:
-        for key in self.data:
-            if key not in self.seen:
-                known = ", ".join(sorted(self.seen))
-                close = difflib.get_close_matches(str(key), sorted(self.seen), n=1, cutoff=0.6)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                self.error(key, f"unknown key; {hint}(known keys here: {known})")
-
-
-def _string(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError("must be a non-empty string")
-    return value
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError("must be true or false")
-    return value
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        percent = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", value) if isinstance(value, str) else None
-        if percent:
-            raise ValueError(f"must be a number, got {value!r}: write {float(percent.group(1)) / 100:g}, a ratio")
-        raise ValueError(f"must be a number, got {value!r}")
-    return float(value)
-
-
-def _promql_or_off(value: Any) -> str:
-    """A PromQL query, or "" for off."""
-    if not isinstance(value, str):
-        raise ValueError('must be a PromQL query, or "" to turn it off')
-    problem = syntax_error(value) if value.strip() else None
-    if problem is not None:
-        raise ValueError(f"PromQL does not parse: {problem}")
-    return value.strip()
-
-
-def _positive_duration(value: Any) -> float:
-    seconds = parse_duration(value)
-    if seconds <= 0:
-        raise ValueError("must be greater than zero")
-    return seconds
-
-
-def _ratio(value: Any) -> float:
-    number = _number(value)
-    if 1 < number <= 100:
-        raise ValueError(f"must be a ratio in (0, 1], got {number:g}: for {number:g}% write {number / 100:g}")
-    if not 0 < number <= 1:
-        raise ValueError(f"must be a ratio in (0, 1], got {number:g}")
-    return number
-
-
-def _weight(value: Any) -> float:
-    number = _number(value)
-    if number < 0:
-        raise ValueError(f"must be zero or positive, got {number}")
-    return number
-
-
-def _choice(*allowed: str) -> Callable[[Any], str]:
-    def convert(value: Any) -> str:
-        if value not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}; got {value!r}")
-        return str(value)
-
-    return convert
-
-
-def _url(value: Any) -> str:
-    text = _string(value)
-    if not re.match(r"^https?://[^/\s]+", text):
-        raise ValueError(f"must be an http:// or https:// URL, got {text!r}")
-    return text.rstrip("/")
-
-
-# --- document ----------------------------------------------------------------------------------
 
 
 def parse_config(text: str, source: str = "config", check_queries: bool = False) -> Config:
@@ -248,7 +58,7 @@ def parse_config(text: str, source: str = "config", check_queries: bool = False)
     does not, so that a parser lagging Prometheus' syntax can never lock a working config out).
     """
     try:
-        data = yaml.load(text, Loader=_LineLoader)
+        data = yaml.load(text, Loader=LineLoader)
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise ConfigError([FieldError("<document>", line, f"invalid YAML: {exc.problem}")], source) from exc
@@ -259,7 +69,7 @@ def parse_config(text: str, source: str = "config", check_queries: bool = False)
         what = "the file is empty" if not text.strip() else "the document holds no settings (only comments?)"
         needed = f"{what}: it needs at least prometheus.url, and a preset or signals"
         raise ConfigError([FieldError("<document>", None, needed)], source)
-    document = _Section(data, "", errors, 1)
+    document = Section(data, "", errors, 1)
     if not document.valid:
         raise ConfigError(errors, source)
     config = _build(document)
@@ -275,7 +85,7 @@ def load_config(path: str, check_queries: bool = False) -> Config:
         return parse_config(handle.read(), source=path, check_queries=check_queries)
 
 
-def _check_queries(doc: _Section, config: Config) -> None:
+def _check_queries(doc: Section, config: Config) -> None:
     """Each query's PromQL, reported at the signal's own query, or at `preset` for a preset's."""
     listed = doc.data.get("signals")
     entries = {
@@ -289,36 +99,36 @@ def _check_queries(doc: _Section, config: Config) -> None:
             continue
         if signal.name in entries:
             path, item = entries[signal.name]
-            _Section(item, path, doc.errors, None).value_error("query", f"PromQL does not parse: {problem}")
+            Section(item, path, doc.errors, None).value_error("query", f"PromQL does not parse: {problem}")
         else:
             doc.error("preset", f"the preset's {signal.name} query does not parse: {problem}")
 
 
-def _build(doc: _Section) -> Config:
+def _build(doc: Section) -> Config:
     prom = doc.section("prometheus")
     if not prom.has("url") and (prom.valid or prom.absent):
         doc.errors.append(FieldError("prometheus.url", prom.line, "is required"))
     prometheus = PrometheusConfig(
-        url=prom.get("url", _url, ""),
-        timeout=prom.setting(PrometheusConfig, "timeout", _positive_duration),
-        bearer_token_file=prom.setting(PrometheusConfig, "bearer_token_file", _string),
-        ca_file=prom.setting(PrometheusConfig, "ca_file", _string),
-        insecure_skip_verify=prom.setting(PrometheusConfig, "insecure_skip_verify", _boolean),
+        url=prom.get("url", url, ""),
+        timeout=prom.setting(PrometheusConfig, "timeout", positive_duration),
+        bearer_token_file=prom.setting(PrometheusConfig, "bearer_token_file", string),
+        ca_file=prom.setting(PrometheusConfig, "ca_file", string),
+        insecure_skip_verify=prom.setting(PrometheusConfig, "insecure_skip_verify", boolean),
     )
     prom.finish()
 
-    preset_name = doc.get("preset", _choice(*PRESETS), None)
+    preset_name = doc.get("preset", choice(*PRESETS), None)
     preset = PRESETS.get(preset_name) if preset_name else None
 
     ident = doc.section("nodeIdentity")
     identity = NodeIdentity(
-        label=ident.setting(NodeIdentity, "label", _string, preset.identity_label if preset else None),
-        kind=ident.setting(NodeIdentity, "kind", _choice(*IDENTITY_KINDS), preset.identity_kind if preset else None),
+        label=ident.setting(NodeIdentity, "label", string, preset.identity_label if preset else None),
+        kind=ident.setting(NodeIdentity, "kind", choice(*IDENTITY_KINDS), preset.identity_kind if preset else None),
     )
     ident.finish()
 
-    refresh = doc.setting(Config, "refresh_interval", _positive_duration)
-    max_age = doc.setting(Config, "max_data_age", _positive_duration)
+    refresh = doc.setting(Config, "refresh_interval", positive_duration)
+    max_age = doc.setting(Config, "max_data_age", positive_duration)
     if max_age < refresh and doc.has("maxDataAge"):
         doc.error(
             "maxDataAge",
@@ -330,10 +140,10 @@ def _build(doc: _Section) -> Config:
     scoring = _scoring(doc.section("scoring"))
 
     bind = doc.section("bind")
-    bind_enabled = bind.setting(Config, "bind_enabled", _boolean)
+    bind_enabled = bind.setting(Config, "bind_enabled", boolean)
     bind.finish()
     telemetry = doc.section("telemetry")
-    per_node = telemetry.setting(Config, "per_node_metrics", _boolean)
+    per_node = telemetry.setting(Config, "per_node_metrics", boolean)
     telemetry.finish()
 
     config = Config(
@@ -343,32 +153,32 @@ def _build(doc: _Section) -> Config:
         preset=preset_name,
         refresh_interval=refresh,
         max_data_age=max_age,
-        missing_data=doc.setting(Config, "missing_data", _choice(*MISSING_DATA_POLICIES)),
-        failure_policy=doc.setting(Config, "failure_policy", _choice(*FAILURE_POLICIES)),
+        missing_data=doc.setting(Config, "missing_data", choice(*MISSING_DATA_POLICIES)),
+        failure_policy=doc.setting(Config, "failure_policy", choice(*FAILURE_POLICIES)),
         scoring=scoring,
-        rejected_nodes=doc.setting(Config, "rejected_nodes", _choice(*REJECTION_KINDS)),
+        rejected_nodes=doc.setting(Config, "rejected_nodes", choice(*REJECTION_KINDS)),
         bind_enabled=bind_enabled,
         per_node_metrics=per_node,
         pools=_pools(doc, signals),
         herd_guard=_herd_guard(doc, signals, refresh),
-        filter_mode=doc.setting(Config, "filter_mode", _choice(*FILTER_MODES)),
+        filter_mode=doc.setting(Config, "filter_mode", choice(*FILTER_MODES)),
     )
     doc.finish()
     return config
 
 
 _PARAM_READERS: dict[ParamKind, Callable[[Any], float]] = {
-    "ratio": _ratio,
-    "duration": _positive_duration,
-    "nonnegative": _weight,
+    "ratio": ratio,
+    "duration": positive_duration,
+    "nonnegative": weight,
 }
 
 
-def _scoring(section: _Section) -> Scoring:
+def _scoring(section: Section) -> Scoring:
     """The strategy and its parameters, as loadext/scoring/ declares them. Every strategy's
     parameters are read and checked, whichever is chosen, so that switching strategies is one
     line and a typo in another's parameter is still an error."""
-    name = section.setting(Scoring, "strategy", _choice(*STRATEGIES))
+    name = section.setting(Scoring, "strategy", choice(*STRATEGIES))
     read = {
         strategy: tuple((p.key, section.get(p.key, _PARAM_READERS[p.kind], p.default)) for p in spec.params)
         for strategy, spec in STRATEGIES.items()
@@ -390,23 +200,23 @@ def _count(value: Any) -> int:
     return value
 
 
-def _herd_guard(doc: _Section, signals: tuple[Signal, ...], refresh: float) -> HerdGuard:
+def _herd_guard(doc: Section, signals: tuple[Signal, ...], refresh: float) -> HerdGuard:
     section = doc.section("herdGuard")
     best_effort = section.section("bestEffort")
     pod_usage = section.section("podUsage")
     guard = HerdGuard(
-        enabled=section.setting(HerdGuard, "enabled", _boolean),
+        enabled=section.setting(HerdGuard, "enabled", boolean),
         window=section.setting(
-            HerdGuard, "window", _positive_duration, derive_window((s.query for s in signals), refresh)
+            HerdGuard, "window", positive_duration, derive_window((s.query for s in signals), refresh)
         ),
-        cpu_limit_factor=section.setting(HerdGuard, "cpu_limit_factor", _ratio),
-        memory_limit_factor=section.setting(HerdGuard, "memory_limit_factor", _ratio),
+        cpu_limit_factor=section.setting(HerdGuard, "cpu_limit_factor", ratio),
+        memory_limit_factor=section.setting(HerdGuard, "memory_limit_factor", ratio),
         best_effort_cpu=best_effort.setting(HerdGuard, "best_effort_cpu", _quantity),
         best_effort_memory=best_effort.setting(HerdGuard, "best_effort_memory", _quantity),
         burst_cap=section.setting(HerdGuard, "burst_cap", _count),
-        soft=section.setting(HerdGuard, "soft", _boolean),
-        pod_usage_cpu=pod_usage.setting(HerdGuard, "pod_usage_cpu", _promql_or_off),
-        pod_usage_memory=pod_usage.setting(HerdGuard, "pod_usage_memory", _promql_or_off),
+        soft=section.setting(HerdGuard, "soft", boolean),
+        pod_usage_cpu=pod_usage.setting(HerdGuard, "pod_usage_cpu", promql_or_off),
+        pod_usage_memory=pod_usage.setting(HerdGuard, "pod_usage_memory", promql_or_off),
     )
     pod_usage.finish()
     best_effort.finish()
@@ -414,7 +224,7 @@ def _herd_guard(doc: _Section, signals: tuple[Signal, ...], refresh: float) -> H
     return guard
 
 
-def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
+def _pools(doc: Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
     """`pools: [{name, nodeSelector: {label: value}, signals: [{name, threshold, weight}]}]`."""
     raw = doc.raw("pools")
     if raw is None:
@@ -425,10 +235,10 @@ def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
     by_name = {s.name: s for s in signals}
     pools: list[Pool] = []
     for index, item in enumerate(raw):
-        entry = _Section(item, f"pools[{index}]", doc.errors, raw.lines[index] if isinstance(raw, _LineList) else None)
+        entry = Section(item, f"pools[{index}]", doc.errors, raw.lines[index] if isinstance(raw, LineList) else None)
         if not entry.valid:
             continue
-        name = entry.get("name", _string, "")
+        name = entry.get("name", string, "")
         if not name:
             entry.error("name", "is required")
         elif name in {p.name for p in pools}:
@@ -450,11 +260,11 @@ def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
             listed = []
         for signal_index, override in enumerate(listed):
             where = f"{entry.path}.signals[{signal_index}]"
-            line = listed.lines[signal_index] if isinstance(listed, _LineList) else entry.line
-            section = _Section(override, where, doc.errors, line)
+            line = listed.lines[signal_index] if isinstance(listed, LineList) else entry.line
+            section = Section(override, where, doc.errors, line)
             if not section.valid:
                 continue
-            signal_name = section.get("name", _string, "")
+            signal_name = section.get("name", string, "")
             base = by_name.get(signal_name)
             if base is None:
                 section.error("name", f"no signal named {signal_name!r} (signals: {', '.join(by_name)})")
@@ -468,8 +278,8 @@ def _pools(doc: _Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
                 name=signal_name,
                 hard=base.hard,
                 query=base.query,
-                threshold=section.get("threshold", _ratio, threshold),
-                weight=section.get("weight", _weight, base.weight),
+                threshold=section.get("threshold", ratio, threshold),
+                weight=section.get("weight", weight, base.weight),
             )
             section.finish()
         entry.finish()
@@ -488,7 +298,7 @@ def _default_spec(name: str, query: str | None) -> dict[str, Any]:
     }
 
 
-def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...]:
+def _signals(doc: Section, preset_queries: dict[str, str]) -> tuple[Signal, ...]:
     """Preset signals first, then the user's entries: same name overrides, new name adds."""
     merged = {name: _default_spec(name, query) for name, query in preset_queries.items()}
     raw = doc.raw("signals")
@@ -498,10 +308,10 @@ def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...
     user_names: set[str] = set()
     for index, item in enumerate(raw or []):
         path = f"signals[{index}]"
-        entry = _Section(item, path, doc.errors, raw.lines[index] if isinstance(raw, _LineList) else None)
+        entry = Section(item, path, doc.errors, raw.lines[index] if isinstance(raw, LineList) else None)
         if not entry.valid:
             continue
-        name = entry.get("name", _string, "")
+        name = entry.get("name", string, "")
         if not name:
             entry.error("name", "is required")
             entry.finish()
@@ -516,10 +326,10 @@ def _signals(doc: _Section, preset_queries: dict[str, str]) -> tuple[Signal, ...
         if "threshold" in entry.data and entry.data["threshold"] is None:
             base["threshold"] = None  # explicit null: score on this signal, never filter on it
         merged[name] = {
-            "query": entry.get("query", _string, base["query"]),
-            "threshold": entry.get("threshold", _ratio, base["threshold"]),
-            "weight": entry.get("weight", _weight, base["weight"]),
-            "hard": entry.get("hard", _boolean, base["hard"]),
+            "query": entry.get("query", string, base["query"]),
+            "threshold": entry.get("threshold", ratio, base["threshold"]),
+            "weight": entry.get("weight", weight, base["weight"]),
+            "hard": entry.get("hard", boolean, base["hard"]),
         }
         if merged[name]["query"] is None:
             entry.error("query", "is required (no preset provides a query for this signal)")
