@@ -5,6 +5,7 @@ stack), promql.py (the offline syntax check). What other packages import is re-e
 
 from loadext.config.loader import load_config, parse_config
 from loadext.config.schema import (
+    BasicAuth,
     Config,
     ConfigError,
     FieldError,
@@ -18,6 +19,7 @@ from loadext.config.schema import (
 from loadext.config.units import parse_duration, quantity
 
 __all__ = [
+    "BasicAuth",
     "Config",
     "ConfigError",
     "FieldError",

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from loadext.config.presets import DEFAULT_THRESHOLDS, PRESETS
+from loadext.config.prometheus import read_prometheus
 from loadext.config.promql import syntax_error
 from loadext.config.reading import (
     LineList,
@@ -24,7 +25,6 @@ from loadext.config.reading import (
     promql_or_off,
     ratio,
     string,
-    url,
     weight,
 )
 from loadext.config.schema import (
@@ -40,7 +40,6 @@ from loadext.config.schema import (
     HerdGuard,
     NodeIdentity,
     Pool,
-    PrometheusConfig,
     Scoring,
     Signal,
     default_of,
@@ -105,17 +104,7 @@ def _check_queries(doc: Section, config: Config) -> None:
 
 
 def _build(doc: Section) -> Config:
-    prom = doc.section("prometheus")
-    if not prom.has("url") and (prom.valid or prom.absent):
-        doc.errors.append(FieldError("prometheus.url", prom.line, "is required"))
-    prometheus = PrometheusConfig(
-        url=prom.get("url", url, ""),
-        timeout=prom.setting(PrometheusConfig, "timeout", positive_duration),
-        bearer_token_file=prom.setting(PrometheusConfig, "bearer_token_file", string),
-        ca_file=prom.setting(PrometheusConfig, "ca_file", string),
-        insecure_skip_verify=prom.setting(PrometheusConfig, "insecure_skip_verify", boolean),
-    )
-    prom.finish()
+    prometheus = read_prometheus(doc)
 
     preset_name = doc.get("preset", choice(*PRESETS), None)
     preset = PRESETS.get(preset_name) if preset_name else None

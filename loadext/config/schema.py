@@ -27,6 +27,7 @@ FAILURE_POLICIES = ("open", "closed")
 REJECTION_KINDS = ("unresolvable", "unschedulable")
 IDENTITY_KINDS = ("name", "address")
 FILTER_MODES = ("hard", "soft")
+PARTIAL_RESPONSES = ("use", "fail")
 SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
@@ -52,12 +53,34 @@ def default_of(cls: type, name: str) -> Any:
 
 
 @dataclass(frozen=True)
+class BasicAuth:
+    username: str = setting("username")
+    password_file: str = setting("passwordFile")  # re-read on every query: rotation needs no reload
+
+
+@dataclass(frozen=True)
 class PrometheusConfig:
-    url: str = setting("url")
+    """How to reach the Prometheus API (config/prometheus.py reads and checks it; the sources'
+    connection.py speaks it). Every secret comes from a file, re-read on every query."""
+
+    url: str = setting("url")  # the first endpoint
+    urls: tuple[str, ...] = setting("urls", ())  # equivalent endpoints tried in order; `url` alone is one
     timeout: float = setting("timeout", 2.0)
     bearer_token_file: str | None = setting("bearerTokenFile", None)
+    basic_auth: BasicAuth | None = setting("basicAuth", None)
     ca_file: str | None = setting("caFile", None)
+    cert_file: str | None = setting("certFile", None)  # a client certificate, with keyFile
+    key_file: str | None = setting("keyFile", None)
+    server_name: str | None = setting("serverName", None)  # the name the server's certificate is checked for
     insecure_skip_verify: bool = setting("insecureSkipVerify", False)
+    headers: tuple[tuple[str, str], ...] = setting("headers", ())  # sent with every query (X-Scope-OrgID)
+    header_files: tuple[tuple[str, str], ...] = setting("headerFiles", ())  # name -> a file with the value
+    query_params: tuple[tuple[str, str], ...] = setting("queryParams", ())  # added to every query (dedup)
+    partial_response: str = setting("partialResponse", "use")  # use | fail: a reply with warnings
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return self.urls or (self.url,)
 
 
 @dataclass(frozen=True)
@@ -206,6 +229,7 @@ class Config:
 SECTIONS: dict[str, type] = {
     "": Config,
     "prometheus": PrometheusConfig,
+    "prometheus.basicAuth": BasicAuth,
     "nodeIdentity": NodeIdentity,
     "signals[]": Signal,
     "scoring": Scoring,

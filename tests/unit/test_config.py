@@ -188,7 +188,9 @@ def test_the_charts_documented_defaults_are_the_defaults() -> None:
         for key, value in extra.items():
             if value is None or key in ("signals", "pools"):
                 continue
-            out[key] = merged(out.get(key) or {}, value) if isinstance(value, dict) else value
+            value = merged(out.get(key) or {}, value) if isinstance(value, dict) else value
+            if value != {}:  # a block of nulls: named, not set
+                out[key] = value
         return out
 
     assert parse_config(yaml.safe_dump(merged(active, reference))) == parse_config(yaml.safe_dump(active))
