@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -48,13 +51,32 @@ def scrape_config(*targets: str, interval: str = "1s") -> str:
 
 
 class PrometheusServer:
-    def __init__(self, workdir: str, config_text: str, data_dir: str | None = None) -> None:
+    """`web_config` is Prometheus' --web.config.file (basic auth users, TLS); the harness then
+    reaches it with `tls` (an SSL context: https) and `auth` (basic auth) itself."""
+
+    def __init__(
+        self,
+        workdir: str,
+        config_text: str,
+        data_dir: str | None = None,
+        *,
+        web_config: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        auth: tuple[str, str] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self._tls, self._auth = tls, auth
         config = os.path.join(workdir, "prometheus.yml")
         with open(config, "w", encoding="utf-8") as handle:
             handle.write(config_text)
+        extra = []
+        if web_config is not None:
+            web = os.path.join(workdir, "web.yml")
+            with open(web, "w", encoding="utf-8") as handle:
+                handle.write(web_config)
+            extra.append(f"--web.config.file={web}")
         self._log = open(os.path.join(workdir, "prometheus.log"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [
@@ -63,6 +85,7 @@ class PrometheusServer:
                 f"--storage.tsdb.path={data_dir or os.path.join(workdir, 'data')}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--log.level=warn",
+                *extra,
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -79,7 +102,7 @@ class PrometheusServer:
             if self.proc.poll() is not None:
                 raise RuntimeError("prometheus exited: " + self.read_log())
             try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=1) as reply:
+                with self._open("/-/ready", timeout=1) as reply:
                     if reply.status == 200:
                         return
             except OSError:
@@ -91,9 +114,15 @@ class PrometheusServer:
         with open(self._log.name, encoding="utf-8", errors="replace") as handle:
             return handle.read()
 
+    def _open(self, path: str, timeout: float) -> Any:
+        request = urllib.request.Request(self.url + path)
+        if self._auth is not None:
+            pair = base64.b64encode(":".join(self._auth).encode()).decode()
+            request.add_header("Authorization", f"Basic {pair}")
+        return urllib.request.urlopen(request, timeout=timeout, context=self._tls)
+
     def query(self, expr: str) -> list[dict[str, Any]]:
-        url = self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=10) as reply:
+        with self._open("/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=10) as reply:
             result: list[dict[str, Any]] = json.load(reply)["data"]["result"]
             return result
 

@@ -25,7 +25,7 @@ from loadext.commands.arguments import (
 )
 from loadext.config import ConfigError
 from loadext.logs import configure as configure_logs
-from loadext.sources.prometheus import QueryError
+from loadext.sources.connection import QueryError
 
 EXAMPLES = """examples:
   loadext check-config config.yaml                       validate a config, its PromQL included

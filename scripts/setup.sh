@@ -3,7 +3,8 @@
 # (Debian's python3 refuses that: PEP 668). Usage: scripts/setup.sh [dev]
 #   - Debian packages: prometheus (the real server the demo and tests run), python3-venv where
 #     Debian's python3 lacks it; with `dev` also prometheus-node-exporter (a real exporter the
-#     tests scrape) and mmdebstrap, buildah and umoci (the image and fresh-Debian tests).
+#     tests scrape), victoria-metrics (VictoriaMetrics and vmauth, backends the tests query) and
+#     mmdebstrap, buildah and umoci (the image and fresh-Debian tests).
 #   - a project virtualenv, .venv (git-ignored), with loadext installed editable; with `dev` also
 #     its dev tools. Skipped when pyproject.toml and the Python have not changed since the last
 #     install (a stamp in .venv), so a second run takes a second.
@@ -25,7 +26,7 @@ apt_install() {
 packages=()
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
 if [[ -n $extras ]]; then
-  for tool in prometheus-node-exporter mmdebstrap buildah umoci; do
+  for tool in prometheus-node-exporter victoria-metrics mmdebstrap buildah umoci; do
     command -v "$tool" >/dev/null 2>&1 || packages+=("$tool")
   done
 fi

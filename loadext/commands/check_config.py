@@ -7,7 +7,9 @@ from dataclasses import replace
 
 from loadext.commands import EXIT_INVALID, EXIT_OK, EXIT_PROMETHEUS
 from loadext.config import load_config
-from loadext.sources.prometheus import PrometheusSource, QueryError, QueryResult
+from loadext.config.prometheus import endpoint
+from loadext.sources.connection import QueryError
+from loadext.sources.prometheus import PrometheusSource, QueryResult
 
 
 def run(path: str, prometheus: str | None) -> int:
@@ -15,7 +17,8 @@ def run(path: str, prometheus: str | None) -> int:
     print(f"{path}: ok (hash {config.hash}, signals: {', '.join(s.name for s in config.signals)})")
     if not prometheus:
         return EXIT_OK
-    source = PrometheusSource(replace(config.prometheus, url=prometheus.rstrip("/")))
+    url = endpoint(prometheus)  # a bad one says why (missing scheme, a query string, /api/v1)
+    source = PrometheusSource(replace(config.prometheus, url=url, urls=()))
     identity = config.node_identity
     worst = EXIT_OK
     try:

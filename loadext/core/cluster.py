@@ -19,7 +19,7 @@ from loadext.core.herd.ledger import PodLedger
 from loadext.core.herd.stranded import StrandedPods
 from loadext.core.herd.usage import allocatable
 from loadext.core.identity import Addresses, Identities, identities_for
-from loadext.core.ingest import MappingReport, Round
+from loadext.core.ingest import EndpointState, MappingReport, Round
 from loadext.core.mapping import SeriesMapping
 from loadext.core.nodes import NodeDirectory
 from loadext.core.policy import DecisionTable, NodeState, Verdict, build_table
@@ -41,6 +41,7 @@ class Cluster:
         self.guard: Guard = self.herd if config.herd_guard.enabled else NO_GUARD
         self.stranded = StrandedPods()
         self.mapping = SeriesMapping()
+        self.endpoints: list[EndpointState] = []  # the Prometheus endpoints' last outcomes
         self.refreshed_once = False
         self._table: DecisionTable | None = None
 
@@ -152,8 +153,11 @@ class Cluster:
     def signal_failed(self, signal: str, kind: str, message: str) -> None:
         self.signal_health.failed(signal, kind, message)
 
-    def signal_succeeded(self, signal: str) -> None:
-        self.signal_health.succeeded(signal)
+    def signal_succeeded(self, signal: str, partial: str = "") -> None:
+        self.signal_health.succeeded(signal, partial)
+
+    def endpoints_reported(self, states: list[EndpointState]) -> None:
+        self.endpoints = states
 
     def pod_usage_measured(self, measured: Mapping[str, Mapping[PodKey, float]]) -> list[EstimateError]:
         return self.ledger.pod_usage_measured(measured)

@@ -46,6 +46,12 @@ def explain(cluster: Cluster) -> dict[str, Any]:
         "filterMode": config.filter_mode,
         "missingData": config.missing_data,
         "strategy": config.scoring.strategy,
+        "prometheus": {
+            "endpoints": [
+                {"url": e.url, "up": e.up, "lastError": e.error or None, "age": round(now - e.time, 1)}
+                for e in cluster.endpoints
+            ]
+        },
         "herdGuard": {
             "enabled": config.herd_guard.enabled,
             "window": config.herd_guard.window,

@@ -28,6 +28,16 @@ class MappingReport:
 
 
 @dataclass(frozen=True)
+class EndpointState:
+    """One Prometheus endpoint's last outcome (prometheus.urls are tried in order)."""
+
+    url: str
+    up: bool
+    error: str  # the last failure's one line; "" while up
+    time: float
+
+
+@dataclass(frozen=True)
 class Round:
     """A refresh round stored and decided: the snapshot and the table built from it, which
     requests see together or not at all."""
@@ -64,7 +74,12 @@ class Ingest(Protocol):
 
     def signal_failed(self, signal: str, kind: str, message: str) -> None: ...
 
-    def signal_succeeded(self, signal: str) -> None: ...
+    def signal_succeeded(self, signal: str, partial: str = "") -> None:
+        """A signal's query answered; `partial` says why its data may be incomplete (the
+        backend's warnings), "" when it is whole."""
+
+    def endpoints_reported(self, states: list[EndpointState]) -> None:
+        """Each Prometheus endpoint's last outcome, after a round."""
 
     def pod_usage_measured(self, measured: Mapping[str, Mapping[PodKey, float]]) -> list[EstimateError]:
         """A round's measured usage per resource and pod; returns how far off the estimates

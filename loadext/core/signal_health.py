@@ -30,6 +30,7 @@ class _Status:
     last_error: Failure | None = None
     failing_since: float | None = None
     reminded_at: float = 0.0
+    partial: str = ""  # why the last answer may be incomplete; "" when it was whole
 
 
 class SignalHealth:
@@ -59,13 +60,25 @@ class SignalHealth:
                 message,
             )
 
-    def succeeded(self, signal: str) -> None:
+    def succeeded(self, signal: str, partial: str = "") -> None:
+        """An answer; `partial` is what the backend warned of (a store down), "" for whole data.
+        A change of partial-ness is logged once, like a failure."""
         now = self._clock()
         status = self._status.setdefault(signal, _Status())
         if status.failing_since is not None:
             log.info("prometheus query for signal %s recovered after %.0fs", signal, now - status.failing_since)
         status.failing_since = None
         status.last_success = now
+        if partial and not status.partial:
+            log.warning(
+                "prometheus answered signal %s with partial data: %s; nodes whose series are missing have no "
+                "data (partialResponse use; fail refuses such replies)",
+                signal,
+                partial,
+            )
+        elif status.partial and not partial:
+            log.info("prometheus answers signal %s with whole data again", signal)
+        status.partial = partial
 
     def failing(self, signal: str) -> Failure | None:
         """The current failure, None while the signal's last query succeeded."""
@@ -82,6 +95,7 @@ class SignalHealth:
         error = status.last_error
         return {
             "lastSuccess": status.last_success,
+            "partial": status.partial or None,
             "failingFor": None if status.failing_since is None else round(now - status.failing_since, 1),
             "lastError": None
             if error is None

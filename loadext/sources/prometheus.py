@@ -1,53 +1,21 @@
-"""Prometheus as a source of per-node ratios: one instant query per signal, errors classified.
+"""Prometheus as a source of per-node ratios: one instant query per signal, its reply parsed.
 
-This speaks Prometheus' HTTP API (/api/v1/query, /api/v1/query_range) with requests directly.
+This speaks Prometheus' HTTP API (/api/v1/query, /api/v1/query_range) through connection.py.
 prometheus-api-client was used before; for one instant query per signal it added nothing but
 costs: it retried for ~6 s by default, dropped the API's `warnings`, reported errors as a bytes
 repr of the body, and brought dateparser, regex, pytz and tzlocal along (8 MB of the image,
-measured: 215 MB with it, 207 MB without). Each signal gets its own session (a requests.Session is not thread-safe and
-refreshes query in parallel worker threads), no retries (the refresh interval is the retry)
-and a short timeout.
+measured: 215 MB with it, 207 MB without).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
-
-import orjson
-import requests
+from typing import Any
 
 from loadext.config import NodeIdentity, PrometheusConfig
 from loadext.core.identity import identities_for
-
-log = logging.getLogger(__name__)
-
-
-ErrorKind = Literal[
-    "timeout",  # no answer within prometheus.timeout
-    "connection",  # refused, reset, DNS, TLS
-    "bad_query",  # HTTP 400: Prometheus could not parse or plan the query
-    "execution",  # HTTP 422: it failed while evaluating (too many samples, ...)
-    "unavailable",  # HTTP 503: overloaded or shutting down
-    "http_4xx",
-    "http_5xx",
-    "http_other",
-    "parse",  # a reply that is not Prometheus' API JSON
-    "result_type",  # a matrix where a vector was due, or malformed samples
-    "request",  # anything else requests raised
-]
-ERROR_KINDS: tuple[str, ...] = get_args(ErrorKind)  # the label values of loadext_prometheus_query_errors_total
-
-
-class QueryError(Exception):
-    """A failed query; `kind` is a bounded label value for metrics, `detail` says why."""
-
-    def __init__(self, kind: ErrorKind, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
+from loadext.sources.connection import Connection, QueryError, Reply
 
 
 @dataclass
@@ -60,100 +28,47 @@ class QueryResult:
     unlabelled: int = 0  # series without a usable identity label value
     warnings: list[str] = field(default_factory=list)
     highest: float | None = None  # the largest finite value before clamping (a 0-100 query shows here)
-
-
-class _BearerTokenFile(requests.auth.AuthBase):
-    """Re-reads the token on every request: projected service-account tokens rotate."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        with open(self.path, encoding="utf-8") as handle:
-            request.headers["Authorization"] = f"Bearer {handle.read().strip()}"
-        return request
+    partial: bool = False  # the reply warned that some data is missing (partialResponse: use)
 
 
 class PrometheusSource:
+    """The queries loadext runs, over one Connection (connection.py: endpoints, credentials,
+    TLS, failures). Blocking: run in worker threads, never on the event loop."""
+
     def __init__(self, config: PrometheusConfig) -> None:
         self.config = config
-        self._sessions: dict[str, requests.Session] = {}
-
-    def _session(self, signal: str) -> requests.Session:
-        session = self._sessions.get(signal)
-        if session is None:
-            session = requests.Session()  # its default adapter makes no retries
-            if self.config.ca_file:
-                session.verify = self.config.ca_file
-            elif self.config.insecure_skip_verify:
-                session.verify = False
-            if self.config.bearer_token_file:
-                session.auth = _BearerTokenFile(self.config.bearer_token_file)
-            self._sessions[signal] = session
-        return session
+        self.connection = Connection(config)
 
     def close(self) -> None:
-        for session in self._sessions.values():
-            session.close()
-        self._sessions.clear()
+        self.connection.close()
 
     def query(self, signal: str, promql: str, identity: NodeIdentity) -> QueryResult:
-        """Blocking: run in a worker thread, never on the event loop."""
-        data, warnings = self._get(signal, "/api/v1/query", {"query": promql}, "vector")
-        parsed = parse_vector(data, identity)
-        parsed.warnings = warnings
+        reply = self._get("/api/v1/query", {"query": promql}, "vector")
+        parsed = parse_vector(reply.data.get("result"), identity)
+        parsed.warnings, parsed.partial = reply.warnings, reply.partial
         return parsed
 
     def query_pods(self, name: str, promql: str) -> tuple[dict[tuple[str, str], float], list[str]]:
-        """Blocking: a per-pod usage query's (namespace, pod) -> value, and its warnings."""
-        data, warnings = self._get(name, "/api/v1/query", {"query": promql}, "vector")
-        return parse_pod_vector(data), warnings
+        """A per-pod usage query's (namespace, pod) -> value, and its warnings."""
+        reply = self._get("/api/v1/query", {"query": promql}, "vector")
+        return parse_pod_vector(reply.data.get("result")), reply.warnings
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> Any:
         """A range query's raw matrix (for replay); errors classified like instant queries."""
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}s"}
-        return self._get("replay", "/api/v1/query_range", params, "matrix")[0]
+        return self._get("/api/v1/query_range", params, "matrix").data.get("result")
 
-    def _get(self, signal: str, path: str, params: dict[str, str], result_type: str) -> tuple[Any, list[str]]:
+    def _get(self, path: str, params: dict[str, str], result_type: str) -> Reply:
         # Prometheus' own evaluation deadline, a little inside ours, so that a slow query is
         # cancelled there rather than left running.
         params = {**params, "timeout": f"{max(int(self.config.timeout * 900), 1)}ms"}
-        try:
-            response = self._session(signal).get(
-                self.config.url.rstrip("/") + path, params=params, timeout=self.config.timeout
-            )
-        except requests.exceptions.Timeout as exc:
-            raise QueryError("timeout", f"no answer within {self.config.timeout:g}s ({exc})") from exc
-        except requests.exceptions.ConnectionError as exc:
-            raise QueryError("connection", str(exc)) from exc
-        except requests.exceptions.RequestException as exc:
-            raise QueryError("request", str(exc)) from exc
-        try:
-            body = orjson.loads(response.content)
-        except orjson.JSONDecodeError:
-            body = None
-        if response.status_code != 200:
-            raise _status_error(response.status_code, body, response.content)
-        if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
-            raise QueryError("parse", f"response is not a Prometheus API reply: {response.content[:200]!r}")
-        data = body["data"]
-        if data.get("resultType") != result_type:
-            raise QueryError("result_type", f"expected a {result_type}, got {data.get('resultType')!r}")
-        return data.get("result"), [str(w) for w in body.get("warnings") or []]
-
-
-def _status_error(code: int, body: Any, raw: bytes) -> QueryError:
-    """Prometheus answers errors as {"status": "error", "errorType": ..., "error": ...}: keep its
-    own words, which name what is wrong with the query."""
-    by_code: dict[int, ErrorKind] = {400: "bad_query", 422: "execution", 503: "unavailable"}
-    kind = by_code.get(code)
-    if kind is None:
-        kind = "http_5xx" if code >= 500 else "http_4xx" if code >= 400 else "http_other"
-    if isinstance(body, dict) and body.get("error"):
-        reason = f"{body.get('errorType', 'error')}: {body['error']}"
-    else:
-        reason = raw[:300].decode("utf-8", "replace").strip() or "(empty body)"
-    return QueryError(kind, f"HTTP {code}: {reason}")
+        reply = self.connection.get(path, params)
+        if reply.data.get("resultType") != result_type:
+            raise QueryError("result_type", f"expected a {result_type}, got {reply.data.get('resultType')!r}")
+        if reply.partial and self.config.partial_response == "fail":
+            warned = "; ".join(reply.warnings) or "isPartial"
+            raise QueryError("partial", f"{reply.url} answered with partial data ({warned}); partialResponse is fail")
+        return reply
 
 
 def parse_vector(result: Any, identity: NodeIdentity) -> QueryResult:

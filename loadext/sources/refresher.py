@@ -17,7 +17,8 @@ from loadext.config import PrometheusConfig
 from loadext.core.herd.learned import PodKey
 from loadext.core.ingest import Ingest
 from loadext.core.snapshot import SignalValues
-from loadext.sources.prometheus import PrometheusSource, QueryError, QueryResult
+from loadext.sources.connection import QueryError
+from loadext.sources.prometheus import PrometheusSource, QueryResult
 from loadext.telemetry.herd import HerdMetrics
 from loadext.telemetry.refresh import RefreshMetrics
 
@@ -61,6 +62,9 @@ class Refresher:
         built = await asyncio.to_thread(self.ingest.round_builder(), stored)
         mapping = self.ingest.publish_round(built)
         self.metrics.round_published(built.snapshot, mapping, (s.name for s in config.signals))
+        endpoints = source.connection.status()
+        self.ingest.endpoints_reported(endpoints)
+        self.metrics.endpoints_reported(endpoints)
 
     async def _refresh_pod_usage(self, source: PrometheusSource) -> None:
         """With the herd guard on: each pod's own usage, for learned estimates (core/herd/learned.py)."""
@@ -79,10 +83,13 @@ class Refresher:
             self.herd_metrics.pod_usage_failed(resource, exc.kind)
             self._pod_usage_state(resource, f"the query failed ({exc})")
             return None
-        for warning in warnings:
-            log.warning("prometheus warning for herdGuard.podUsage.%s: %s", resource, warning)
         self.herd_metrics.pods_measured(resource, len(pods))
-        self._pod_usage_state(resource, "" if pods else "the query returned no pod with namespace and pod labels")
+        if not pods:
+            self._pod_usage_state(resource, "the query returned no pod with namespace and pod labels")
+        elif warnings:
+            self._pod_usage_state(resource, f"the reply is partial ({'; '.join(warnings)}), pods may be missing")
+        else:
+            self._pod_usage_state(resource, "")
         return pods
 
     def _pod_usage_state(self, resource: str, problem: str) -> None:
@@ -113,11 +120,11 @@ class Refresher:
             return None
         finally:
             metrics.query_took(signal, time.perf_counter() - started)
-        self.ingest.signal_succeeded(signal)
+        partial = ("; ".join(result.warnings) or "the reply says isPartial") if result.partial else ""
+        self.ingest.signal_succeeded(signal, partial)  # logged once per change, not per round
+        metrics.answered(signal, partial=bool(partial))
         if result.invalid:
             metrics.values_dropped(signal, result.invalid)
-        for warning in result.warnings:
-            log.warning("prometheus warning for signal %s: %s", signal, warning)
         if not result.timestamp:
             result.timestamp = self.ingest.clock()
         return result

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from loadext.core.ingest import MappingReport
+from loadext.core.ingest import EndpointState, MappingReport
 from loadext.core.snapshot import Snapshot
 
 QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -50,6 +50,18 @@ class RefreshMetrics:
             "Time of the newest successful Prometheus query behind the current snapshot.",
             registry=r,
         )
+        self.partial = Gauge(
+            "loadext_signal_partial",
+            "1 while the signal's last answer was partial (the backend warned that data is missing), else 0.",
+            ["signal"],
+            registry=r,
+        )
+        self.endpoint_up = Gauge(
+            "loadext_prometheus_endpoint_up",
+            "1 if the Prometheus endpoint (prometheus.url or one of urls) answered its last query, 0 if it failed.",
+            ["url"],
+            registry=r,
+        )
         self.degraded = Gauge(
             "loadext_degraded", "1 while no fresh data exists and the failure policy decides every node.", registry=r
         )
@@ -73,6 +85,13 @@ class RefreshMetrics:
     def query_failed(self, signal: str, kind: str, now: float) -> None:
         self.query_errors.labels(signal, kind).inc()
         self.last_query_error.labels(signal).set(now)
+
+    def answered(self, signal: str, partial: bool) -> None:
+        self.partial.labels(signal).set(1 if partial else 0)
+
+    def endpoints_reported(self, states: Iterable[EndpointState]) -> None:
+        for state in states:
+            self.endpoint_up.labels(state.url).set(1 if state.up else 0)
 
     def values_dropped(self, signal: str, count: int) -> None:
         self.invalid_values.labels(signal).inc(count)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import orjson
 import pytest
@@ -145,7 +146,7 @@ async def test_real_bad_query_is_classified(
     assert (await loadext.client.get("/readyz")).status == 200  # ready: the failure policy decides
 
 
-async def test_prometheus_warnings_are_logged(
+async def test_a_partial_reply_is_used_shown_and_logged_once_or_refused(
     prometheus: PrometheusServer,
     proxy: FaultProxy,
     start_loadext: StartLoadext,
@@ -164,6 +165,31 @@ async def test_prometheus_warnings_are_logged(
     )
     proxy.set("status", status=200, body=body)
     caplog.set_level(logging.WARNING, logger="loadext")
-    loadext = await start_loadext(live_config(proxy.url, case))
+    loadext = await start_loadext(live_config(proxy.url, case))  # partialResponse: use, the default
     await sees(loadext, {"w1": {"cpu": 0.42, "memory": 0.42}})
-    assert "prometheus warning for signal cpu: remote read partial: store down" in caplog.text
+    line = "prometheus answered signal cpu with partial data: remote read partial: store down"
+    assert line in caplog.text
+
+    async def rounds_later() -> bool:  # several refreshes on: still one line, not one per round
+        cpu = next(s for s in (await loadext.explain())["signals"] if s["name"] == "cpu")
+        assert cpu["partial"] == "remote read partial: store down" and cpu["lastSuccessAge"] is not None
+        assert (
+            metric_value(await loadext.metrics(), "loadext_prometheus_query_duration_seconds_count", signal="cpu") >= 5
+        )
+        return True
+
+    await eventually(rounds_later)
+    assert caplog.text.count(line) == 1
+    assert metric_value(await loadext.metrics(), "loadext_signal_partial", signal="cpu") == 1
+    refusing = await start_loadext(
+        live_config(proxy.url, case, prometheus={"url": proxy.url, "partialResponse": "fail"})
+    )
+
+    async def refused() -> dict[str, Any]:
+        cpu = next(s for s in (await refusing.explain())["signals"] if s["name"] == "cpu")
+        assert cpu["lastError"] is not None
+        error: dict[str, Any] = cpu["lastError"]
+        return error
+
+    error = await eventually(refused)
+    assert error["kind"] == "partial" and "partialResponse is fail" in error["message"]
