@@ -31,7 +31,6 @@ from loadext.http.limits import Limits
 from loadext.http.server import ServerState, create_app, create_ops_app, install_event_loop
 from loadext.sources import kube, requeue, watches
 from loadext.sources.connection import ERROR_KINDS
-from loadext.sources.objects import Node
 from loadext.sources.refresher import Refresher
 from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
 from loadext.sources.watches import ConfigMapRef
@@ -254,7 +253,7 @@ def explain_once(config: Config, kubeconfig: str | None, nodes: list[str]) -> di
     cluster = Cluster(config)
     api = kube.api_client(kubeconfig) if kubeconfig else None
     if api is not None:
-        cluster.nodes_listed([node.info() for node in kube.list_objects(api.list_node, Node).items or []])
+        cluster.nodes_listed([node.info() for node in kube.list_nodes(api)])
     cluster.nodes_named(nodes)
     telemetry = Telemetry()
     refresher = Refresher(cluster, telemetry.refresh, telemetry.herd)

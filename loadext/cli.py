@@ -1,7 +1,8 @@
 """Command line: argparse and dispatch for serve, check-config, explain and replay.
 
 Exit codes (the same for every command; `loadext --help` lists them): 0 ok; 1 invalid config
-or unreadable input; 2 usage error; 3 Prometheus failed a query or had no data for it. Every
+or unreadable input; 2 usage error; 3 Prometheus failed a query or had no data for it; 4 the
+Kubernetes API failed (a --kubeconfig that does not load, an API server that cannot be reached). Every
 failure is one line on stderr, never a traceback. The commands themselves are in commands/.
 """
 
@@ -11,10 +12,11 @@ import argparse
 import sys
 
 from loadext import __version__
-from loadext.commands import EXIT_INVALID, EXIT_PROMETHEUS, NoData
+from loadext.commands import EXIT_INVALID, EXIT_KUBERNETES, EXIT_PROMETHEUS, EXIT_USAGE, NoData, UsageError
 from loadext.commands import check_config as check_config_command
 from loadext.commands import explain as explain_command
 from loadext.commands import replay as replay_command
+from loadext.commands import serve as serve_command
 from loadext.commands.arguments import (
     configmap_ref,
     duration,
@@ -26,6 +28,7 @@ from loadext.commands.arguments import (
 from loadext.config import ConfigError
 from loadext.logs import configure as configure_logs
 from loadext.sources.connection import QueryError
+from loadext.sources.kube import KubeError
 
 EXAMPLES = """examples:
   loadext check-config config.yaml                       validate a config, its PromQL included
@@ -37,7 +40,7 @@ EXAMPLES = """examples:
   loadext replay --config candidate.yaml --current config.yaml --since 6h
 
 exit codes: 0 ok; 1 invalid config or unreadable input; 2 usage error;
-            3 Prometheus failed a query, or had no data for it
+            3 Prometheus failed a query, or had no data for it; 4 the Kubernetes API failed
 global options (--log-level, --log-format) go before or after the command."""
 
 
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             return explain_command.from_prometheus(args.config, args.kubeconfig, list(args.node), args.output)
         if args.command == "replay":
             return replay_command.run(args.config, args.current, args.since, args.step, args.output, args.chart)
-        return _serve(args)
+        return serve_command.run(args)
     except ConfigError as exc:
         print(f"{exc.source}: invalid config", file=sys.stderr)
         for error in exc.errors:
@@ -258,42 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     except QueryError as exc:
         print(f"error: prometheus query failed ({exc.kind}): {exc.detail}", file=sys.stderr)
         return EXIT_PROMETHEUS
-    except NoData as exc:
+    except (NoData, KubeError, UsageError, OSError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_PROMETHEUS
-    except (OSError, KeyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return next(code for kind, code in _EXIT_CODES if isinstance(exc, kind))
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from loadext.app import ServeOptions, serve
-    from loadext.http.limits import Limits
-    from loadext.sources.watches import ConfigMapRef
-
-    configmap = ConfigMapRef(args.configmap[0], args.configmap[1], args.configmap_key) if args.configmap else None
-    options = ServeOptions(
-        config=args.config,
-        configmap=configmap,
-        kubeconfig=args.kubeconfig,
-        watch_nodes=args.watch_nodes,
-        requeue_stranded=args.requeue_stranded,
-        reload_interval=args.reload_interval,
-        listen=args.listen,
-        path_prefix=args.path_prefix,
-        metrics_listen=args.metrics_listen,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_client_ca=args.tls_client_ca,
-        limits=Limits(
-            max_body_size=args.max_body_size,
-            header_timeout=args.header_timeout,
-            body_timeout=args.body_timeout,
-            max_concurrent=args.max_concurrent_requests,
-            max_inflight_bytes=args.max_inflight_bytes,
-            body_memory=args.body_memory,
-        ),
-        shutdown_delay=args.shutdown_delay,
-        shutdown_timeout=args.shutdown_timeout,
-    )
-    return serve(options)
+# The exit code of each failure the commands report in one line (the first that matches).
+_EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
+    (NoData, EXIT_PROMETHEUS),
+    (KubeError, EXIT_KUBERNETES),
+    (UsageError, EXIT_USAGE),
+    (Exception, EXIT_INVALID),  # OSError, KeyError, ValueError: unreadable input
+)

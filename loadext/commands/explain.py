@@ -11,16 +11,23 @@ from typing import Any
 
 import orjson
 
-from loadext.commands import EXIT_INVALID, EXIT_OK, EXIT_PROMETHEUS
+from loadext.commands import EXIT_INVALID, EXIT_OK, EXIT_PROMETHEUS, UsageError
 from loadext.commands.tables import format_explain, format_pod_decisions
 from loadext.config import load_config
+from loadext.core.identity import identities_for
 
 
 def from_prometheus(config_path: str, kubeconfig: str | None, nodes: list[str], output: str) -> int:
     """One refresh round with this config, then the same report as /explain."""
     from loadext.app import explain_once  # the composition root: only this command needs it
 
-    report = explain_once(load_config(config_path), kubeconfig, nodes)
+    config = load_config(config_path)
+    if identities_for(config.node_identity).needs_addresses and not kubeconfig:
+        raise UsageError(
+            f"nodeIdentity kind {config.node_identity.kind!r} matches series to Nodes by their IPs, which only "
+            "the API has: give --kubeconfig"
+        )
+    report = explain_once(config, kubeconfig, nodes)
     problems = [
         f"signal {s['name']}: query failed ({s['lastError']['kind']}): {s['lastError']['message']}"
         if s["failingFor"] is not None

@@ -156,7 +156,7 @@ class Connection:
             except requests.exceptions.SSLError as exc:
                 raise QueryError("connection", f"TLS with {url} failed: {_tls_cause(exc)}") from None
             except requests.exceptions.ConnectionError as exc:
-                raise QueryError("connection", f"{_connection_cause(exc)} to {url}") from None
+                raise QueryError("connection", f"{connection_cause(exc)} to {url}") from None
             except requests.exceptions.RequestException as exc:
                 raise QueryError("request", f"{exc} ({url})") from None
             return self._reply(url, path, response)
@@ -254,7 +254,7 @@ def _redacted(text: str, secrets: list[str]) -> str:
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 
 
-def _connection_cause(exc: Exception) -> str:
+def connection_cause(exc: Exception) -> str:
     """'connection refused', 'name or service not known', ... from urllib3's nested repr."""
     found = _ERRNO.search(str(exc))
     if found:

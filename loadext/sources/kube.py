@@ -15,11 +15,14 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import msgspec
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 from kubernetes.watch.watch import iter_resp_lines
 
 from loadext.core.requests import BindingArgs, BoundPod
+from loadext.sources.connection import connection_cause
 from loadext.sources.objects import ConfigMap, ListMeta, Node, Pod, PodStatus, Status, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -27,14 +30,44 @@ log = logging.getLogger(__name__)
 Object = TypeVar("Object", Pod, Node, ConfigMap)
 
 
+class KubeError(Exception):
+    """The Kubernetes API could not be used, said in one line that leads with the cause."""
+
+
 def api_client(kubeconfig: str | None) -> Any:
     """A CoreV1Api from a kubeconfig file, or from the pod's service account in-cluster."""
+    configuration = client.Configuration()
     if kubeconfig:
-        return client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
-        return client.CoreV1Api()
-    return None
+        if not os.path.exists(kubeconfig):
+            raise KubeError(f"--kubeconfig {kubeconfig}: no such file")
+        try:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except (ConfigException, OSError, ValueError) as exc:
+            raise KubeError(f"--kubeconfig {kubeconfig}: {exc}") from None
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except ConfigException as exc:
+            raise KubeError(f"in-cluster service account: {exc}") from None
+    else:
+        return None
+    # No quick retries inside a call: every caller has its own (the watches' backoff, the
+    # scheduler retrying a bind), and three retry warnings buried the one reason.
+    configuration.retries = False
+    return client.CoreV1Api(client.ApiClient(configuration))
+
+
+def list_nodes(api: Any) -> list[Node]:
+    """Every Node, once (explain --config); a failure is one KubeError line."""
+    try:
+        return list_objects(api.list_node, Node, _request_timeout=10).items or []
+    except ApiException as exc:
+        raise KubeError(
+            f"listing Nodes failed: {exc.status} {exc.reason} ({api.api_client.configuration.host})"
+        ) from None
+    except urllib3.exceptions.HTTPError as exc:
+        host = api.api_client.configuration.host
+        raise KubeError(f"listing Nodes failed: {connection_cause(exc)} to {host}") from None
 
 
 def bind(api: Any, args: BindingArgs) -> str:
