@@ -83,6 +83,12 @@ def format_explain(report: dict[str, Any]) -> str:
     )
     if report["degraded"]:
         lines.append("DEGRADED: no fresh data from Prometheus; the failure policy decides every node")
+    for endpoint in report.get("prometheus", {}).get("endpoints", []):
+        if not endpoint["up"]:
+            lines.append(f"prometheus endpoint {endpoint['url']} is down: {endpoint['lastError']}")
+    for s in report["signals"]:
+        if s.get("partial"):
+            lines.append(f"{s['name']}: partial data ({s['partial']}): nodes whose series are missing have none")
     for s in report["signals"]:
         error = s.get("lastError")
         if s.get("failingFor") is not None and error:

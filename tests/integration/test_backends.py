@@ -25,6 +25,7 @@ from harness.metrics_text import metric_value
 from harness.prometheus import PrometheusServer, scrape_config
 from harness.victoria import VictoriaMetrics, VmAuth
 from harness.waiting import eventually
+from loadext.commands.tables import format_explain
 
 LOAD = {"cpu": {"n1": 0.4, "n2": 0.7}, "memory": {"n1": 0.2, "n2": 0.3}}
 SEEN = {"n1": {"cpu": 0.4, "memory": 0.2}, "n2": {"cpu": 0.7, "memory": 0.3}}
@@ -172,6 +173,7 @@ async def test_an_ha_pair_with_one_stopped_changes_no_decision(
         assert not report["degraded"]
         assert all(s["failingFor"] is None for s in report["signals"]), report["signals"]
         assert report["prometheus"]["endpoints"][0]["lastError"].startswith("connection refused to " + first.url)
+        assert f"prometheus endpoint {first.url} is down: connection refused" in format_explain(report)
         await sees(loadext, SEEN)
         metrics = await loadext.metrics()
         assert metric_value(metrics, "loadext_prometheus_endpoint_up", url=first.url) == 0

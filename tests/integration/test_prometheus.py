@@ -18,6 +18,7 @@ from harness.metrics_text import metric_value
 from harness.prometheus import PrometheusServer
 from harness.waiting import eventually
 from harness.wire import full_nodes_request, names_request
+from loadext.commands.tables import format_explain
 
 
 async def test_decisions_follow_prometheus_values(
@@ -180,6 +181,7 @@ async def test_a_partial_reply_is_used_shown_and_logged_once_or_refused(
 
     await eventually(rounds_later)
     assert caplog.text.count(line) == 1
+    assert "cpu: partial data (remote read partial: store down)" in format_explain(await loadext.explain())
     assert metric_value(await loadext.metrics(), "loadext_signal_partial", signal="cpu") == 1
     refusing = await start_loadext(
         live_config(proxy.url, case, prometheus={"url": proxy.url, "partialResponse": "fail"})
