@@ -12,11 +12,28 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 from harness.prometheus import free_port
 
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
-VMAUTH = shutil.which("vmauth") or "/usr/bin/vmauth"
+VMAUTH = shutil.which("vmauth") or "/usr/bin/vmauth"  # Debian's, 1.79: users by bearer token or password
+# A vmauth that routes on request headers (src_headers, as a tenant-requiring gateway does), built
+# from its Go module: Debian's predates it. scripts/test.sh builds it once, cached.
+TENANT_VMAUTH = ("vmauth", "./app/vmauth", "v1.150.0", "github.com/VictoriaMetrics/VictoriaMetrics")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def built_vmauth() -> str:
+    """The path of the header-routing vmauth (built on first use if scripts/test.sh did not)."""
+    name, package, version, module = TENANT_VMAUTH
+    script = ROOT / "scripts" / "build-go-tool.sh"
+    built = subprocess.run(
+        ["bash", str(script), "--module", module, name, package, version], capture_output=True, text=True, check=False
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"building vmauth {version} failed (it needs Go): {built.stderr.strip()}")
+    return built.stdout.strip()
 
 
 class _Server:
@@ -99,12 +116,13 @@ class VictoriaMetrics(_Server):
 
 
 class VmAuth(_Server):
-    """vmauth with `auth_config` (its users: bearer_token or username/password, url_prefix)."""
+    """vmauth with `auth_config` (its users: bearer_token or username/password, url_prefix; or
+    with `binary` from built_vmauth, routes by src_headers)."""
 
-    def __init__(self, workdir: str, auth_config: str) -> None:
+    def __init__(self, workdir: str, auth_config: str, binary: str = VMAUTH) -> None:
         config = os.path.join(workdir, "vmauth.yml")
         with open(config, "w", encoding="utf-8") as handle:
             handle.write(auth_config)
         port = free_port()
-        argv = [VMAUTH, f"-httpListenAddr=127.0.0.1:{port}", f"-auth.config={config}", "-loggerLevel=WARN"]
+        argv = [binary, f"-httpListenAddr=127.0.0.1:{port}", f"-auth.config={config}", "-loggerLevel=WARN"]
         super().__init__(workdir, "vmauth", argv, port)

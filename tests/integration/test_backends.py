@@ -1,7 +1,8 @@
 """loadext against the backends platform teams run, each a real server started here on
 loopback: Prometheus with basic auth, Prometheus requiring a client certificate, an HA pair of
-Prometheus servers with one stopped, VictoriaMetrics single-node, and vmauth in front of it
-with a bearer token and with basic auth. Each test reads its own gauges from the session's
+Prometheus servers with one stopped, VictoriaMetrics single-node, vmauth in front of it with a
+bearer token and with basic auth, and a vmauth that routes on the tenant header (built from its
+Go module). Each test reads its own gauges from the session's
 exporter (harness/inprocess.py live_config)."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from harness.exporter import Exporter
 from harness.inprocess import Loadext, StartLoadext, live_config, sees, set_load
 from harness.metrics_text import metric_value
 from harness.prometheus import PrometheusServer, scrape_config
-from harness.victoria import VictoriaMetrics, VmAuth
+from harness.victoria import VictoriaMetrics, VmAuth, built_vmauth
 from harness.waiting import eventually
 from loadext.commands.tables import format_explain
 
@@ -224,4 +225,33 @@ async def test_victoria_metrics_and_vmauth_with_bearer_and_basic_auth(
         assert "not-the-token-1234" not in caplog.text and "<redacted>" in caplog.text
     finally:
         proxy.stop()
+        victoria.stop()
+
+
+@pytest.mark.go_built
+async def test_a_gateway_that_routes_on_the_tenant_header(
+    exporter: Exporter, start_loadext: StartLoadext, case: str, tmp_path: Path, backend_dir: Path
+) -> None:
+    """vmauth as Mimir's and Cortex's gateways behave: without X-Scope-OrgID no route at all;
+    the tenant comes from `headers`, or from a file with `headerFiles`."""
+    set_load(exporter, case, LOAD["cpu"], LOAD["memory"])
+    binary = await asyncio.to_thread(built_vmauth)
+    victoria = await asyncio.to_thread(VictoriaMetrics, str(backend_dir), scrape_config(exporter.target))
+    await asyncio.to_thread(victoria.wait_scraped)
+    routes = (
+        "unauthorized_user:\n  url_map:\n    - src_paths: ['/api/v1/.+']\n"
+        f"      src_headers: ['X-Scope-OrgID: team-a']\n      url_prefix: {victoria.url}\n"
+    )
+    gateway = await asyncio.to_thread(VmAuth, str(backend_dir), routes, binary)
+    try:
+        untenanted = await start(start_loadext, config_for(gateway.url, case), tmp_path / "none.yaml")
+        error = await signal_error(untenanted)
+        assert error["kind"] == "http_other" and "missing route" in error["message"], error
+        tenant = {"X-Scope-OrgID": "team-a"}
+        await sees(await start(start_loadext, config_for(gateway.url, case, headers=tenant), tmp_path / "h.yaml"), SEEN)
+        from_file = {"X-Scope-OrgID": str(secret_file(tmp_path, "tenant", "team-a"))}
+        config = config_for(gateway.url, case, headerFiles=from_file)
+        await sees(await start(start_loadext, config, tmp_path / "hf.yaml"), SEEN)
+    finally:
+        gateway.stop()
         victoria.stop()
