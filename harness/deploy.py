@@ -16,18 +16,25 @@ CHART = ROOT / "charts" / "loadext"
 MANIFESTS = ROOT / "manifests"
 
 
-def kustomize(kustomization: str) -> list[dict[str, Any]]:
-    """manifests/<kustomization> as `kubectl apply -k` would send it."""
+def kustomize(kustomization: str | Path) -> list[dict[str, Any]]:
+    """manifests/<kustomization> (or any kustomization folder) as `kubectl apply -k` would send it."""
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl is required to render the manifests (scripts/test.sh builds it)"
-    result = subprocess.run([kubectl, "kustomize", str(MANIFESTS / kustomization)], capture_output=True, text=True)
+    folder = kustomization if isinstance(kustomization, Path) else MANIFESTS / kustomization
+    result = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+# helm template assumes Kubernetes 1.20 unless told; the chart needs 1.30 (Chart.yaml kubeVersion).
+KUBE_VERSION = "1.36.3"
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
     binary = shutil.which("helm")
     assert binary, "helm is required (charts/build-helm.sh builds it; scripts/test.sh puts it on PATH)"
+    if args and args[0] == "template":
+        args = (*args, "--kube-version", KUBE_VERSION)
     return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
 
 

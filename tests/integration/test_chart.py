@@ -5,6 +5,7 @@ the same sources (config defaults, alerts, dashboards, version)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,15 @@ def loadext_config(docs: list[dict[str, Any]], name: str = "loadext-config") -> 
     return parsed
 
 
+def without_instance(value: Any) -> Any:
+    """The chart's selectors also carry the release (app.kubernetes.io/instance); the base's do not."""
+    if isinstance(value, dict):
+        return {k: without_instance(v) for k, v in value.items() if k != "app.kubernetes.io/instance"}
+    if isinstance(value, list):
+        return [without_instance(v) for v in value]
+    return value
+
+
 def test_chart_lints() -> None:
     result = helm("lint", str(CHART), "--strict")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -58,8 +68,9 @@ def test_default_chart_is_the_kustomize_base() -> None:
         ours, theirs = pod_spec(chart, name), pod_spec(base, name)
         containers = [{k: v for k, v in c.items() if k != "imagePullPolicy"} for c in ours["containers"]]
         assert containers == theirs["containers"], name
-        for key in ("securityContext", "serviceAccountName", "terminationGracePeriodSeconds", "priorityClassName"):
-            assert ours.get(key) == theirs.get(key), key
+        keys = ("securityContext", "serviceAccountName", "terminationGracePeriodSeconds", "priorityClassName")
+        for key in (*keys, "affinity", "topologySpreadConstraints"):
+            assert without_instance(ours.get(key)) == theirs.get(key), key
     for kind in ("ClusterRole", "Role"):
         for doc in base:
             if doc["kind"] == kind:
@@ -136,10 +147,10 @@ def test_non_default_values(tmp_path: Path) -> None:
     assert find(docs, "PrometheusRule", "edge-loadext")["spec"]["groups"] == rules["groups"]
 
 
-def test_dashboards_ship_from_the_same_json() -> None:
+def test_dashboards_ship_from_the_same_json(tmp_path: Path) -> None:
     shipped = {
         key: value
-        for d in template()
+        for d in template(values={"dashboards": {"enabled": True}}, workdir=tmp_path)
         if d["kind"] == "ConfigMap" and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
         for key, value in d["data"].items()
     }
@@ -168,3 +179,79 @@ def test_one_version_everywhere() -> None:
     kustomization = yaml.safe_load((ROOT / "manifests/base/kustomization.yaml").read_text())
     assert chart["appVersion"] == VERSION and loadext.__version__ == VERSION
     assert kustomization["images"] == [{"name": "loadext", "newName": "localhost/loadext", "newTag": VERSION}]
+
+
+# Every value a platform team needs to fit the chart to its cluster, set at once.
+FITTED = {
+    "replicas": 3,
+    "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+    "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["infra"]}]}}
+    ]}},
+    "topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "loadext"}}}
+    ],
+    "priorityClassName": "system-cluster-critical",
+    "podAnnotations": {"example.com/owner": "platform"},
+    "podLabels": {"team": "platform"},
+    "extraEnv": [{"name": "NO_PROXY", "value": ".svc,.cluster.local"}],
+    "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
+    "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+    "prometheusAuth": {"secretName": "prometheus-credentials"},
+    "serviceMonitor": {"enabled": True, "labels": {"release": "monitoring"}},
+    "dashboards": {"enabled": True},
+    "scheduler": {"replicas": 1, "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+                  "tolerations": [{"key": "infra", "operator": "Exists"}], "priorityClassName": "system-node-critical"},
+}  # fmt: skip
+
+
+def test_every_placement_value_renders_where_it_belongs(tmp_path: Path) -> None:
+    docs = template("fit", "platform", FITTED, tmp_path)
+    pod = pod_spec(docs, "fit-loadext")
+    template_meta = find(docs, "Deployment", "fit-loadext")["spec"]["template"]["metadata"]
+    for key in ("nodeSelector", "tolerations", "affinity", "topologySpreadConstraints", "priorityClassName"):
+        assert pod[key] == FITTED[key], key
+    assert template_meta["annotations"] == FITTED["podAnnotations"] and template_meta["labels"]["team"] == "platform"
+    container = pod["containers"][0]
+    assert {"name": "NO_PROXY", "value": ".svc,.cluster.local"} in container["env"]
+    assert {"name": "prometheus-auth", "mountPath": "/etc/loadext/prometheus", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert {"name": "scratch", "mountPath": "/scratch"} in container["volumeMounts"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["prometheus-auth"]["secret"] == {"secretName": "prometheus-credentials"} and "scratch" in volumes
+    scheduler = pod_spec(docs, "fit-loadext-scheduler")
+    assert scheduler["priorityClassName"] == "system-node-critical"
+    assert scheduler["nodeSelector"] == {"node-role.kubernetes.io/infra": ""}
+    assert "podAntiAffinity" in scheduler["affinity"]  # the default: replicas preferably apart
+    assert find(docs, "ServiceMonitor", "fit-loadext")["metadata"]["labels"]["release"] == "monitoring"
+    budgets = {d["metadata"]["name"] for d in docs if d["kind"] == "PodDisruptionBudget"}
+    assert budgets == {"fit-loadext"}  # the one-replica scheduler gets none: it would block drains
+    single = template("single", "platform", {"replicas": 1}, tmp_path)
+    assert "topologySpreadConstraints" not in pod_spec(single, "single-loadext")
+    assert {d["metadata"]["name"] for d in single if d["kind"] == "PodDisruptionBudget"} == {"single-loadext-scheduler"}
+
+
+def test_the_rendered_chart_post_renders_with_kustomize(tmp_path: Path) -> None:
+    """helm install --post-renderer kustomize: every object must be valid YAML with unique keys
+    (Deployment and Service labels once carried app.kubernetes.io/instance twice)."""
+    docs = template("fit", "platform", FITTED, tmp_path)
+    (tmp_path / "rendered.yaml").write_text(yaml.safe_dump_all(docs))
+    helm_output = helm("template", "fit", str(CHART), "--values", str(tmp_path / "values-fit.yaml"))
+    assert helm_output.returncode == 0, helm_output.stderr
+    (tmp_path / "raw.yaml").write_text(helm_output.stdout)  # helm's own text, not our re-dump
+    (tmp_path / "kustomization.yaml").write_text(
+        "resources: [raw.yaml]\nlabels:\n  - pairs: {team: platform}\n    includeSelectors: false\n"
+    )
+    post = kustomize(tmp_path)
+    assert {d["kind"] for d in post} >= {"Deployment", "Service", "PodDisruptionBudget"}
+    assert all(d["metadata"]["labels"]["team"] == "platform" for d in post if d["kind"] == "Deployment")
+
+
+def test_helm_template_refuses_a_kubernetes_older_than_the_chart_needs() -> None:
+    old = subprocess.run(
+        ["helm", "template", "x", str(CHART), "--kube-version", "1.29.0"], capture_output=True, text=True
+    )
+    assert old.returncode != 0 and ">=1.30.0-0" in old.stderr, old.stderr

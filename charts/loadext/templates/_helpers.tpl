@@ -29,6 +29,36 @@ app.kubernetes.io/name: loadext-scheduler
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* A Deployment's spread: the given affinity, or by default its replicas preferably on
+distinct nodes; and the given topologySpreadConstraints, or by default, with two replicas or
+more, preferably across zones. Called with (dict "values" <the component's values> "selector"
+<its selector labels>). */}}
+{{- define "loadext.spread" -}}
+{{- $v := .values -}}
+affinity:
+{{- if $v.affinity }}
+  {{- toYaml $v.affinity | nindent 2 }}
+{{- else }}
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels: {{- .selector | nindent 14 }}
+{{- end }}
+{{- if $v.topologySpreadConstraints }}
+topologySpreadConstraints: {{- toYaml $v.topologySpreadConstraints | nindent 2 }}
+{{- else if gt (int $v.replicas) 1 }}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels: {{- .selector | nindent 8 }}
+{{- end }}
+{{- end -}}
+
 {{- define "loadext.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
