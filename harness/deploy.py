@@ -58,3 +58,29 @@ def template(
 
 def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+# Every value a platform team needs to fit the chart to its cluster, set at once.
+FITTED: dict[str, Any] = {
+    "replicas": 3,
+    "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+    "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["infra"]}]}}
+    ]}},
+    "topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "loadext"}}}
+    ],
+    "priorityClassName": "system-cluster-critical",
+    "podAnnotations": {"example.com/owner": "platform"},
+    "podLabels": {"team": "platform"},
+    "extraEnv": [{"name": "NO_PROXY", "value": ".svc,.cluster.local"}],
+    "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
+    "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+    "prometheusAuth": {"secretName": "prometheus-credentials"},
+    "serviceMonitor": {"enabled": True, "labels": {"release": "monitoring"}},
+    "dashboards": {"enabled": True},
+    "scheduler": {"replicas": 1, "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+                  "tolerations": [{"key": "infra", "operator": "Exists"}], "priorityClassName": "system-node-critical"},
+}  # fmt: skip

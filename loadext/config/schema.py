@@ -31,9 +31,26 @@ PARTIAL_RESPONSES = ("use", "fail")
 SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
-def setting(key: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
-    """A field with the YAML key SREs write for it; its default is the one default there is."""
-    return field(default=default, metadata={"key": key}, **kwargs)
+# The shape of a value, as JSON Schema (jsonschema.py builds the chart's values schema from these;
+# a setting without one takes it from its type: bool, str, int).
+DURATION = {"type": "string", "pattern": "^([0-9]+(\\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$"}
+RATIO = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+OPTIONAL_RATIO = {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1}
+NONNEGATIVE = {"type": "number", "minimum": 0}
+QUANTITY = {"type": ["string", "number"]}
+TEXT_MAP = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
+URLS = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
+
+
+def choice(*values: str) -> dict[str, Any]:
+    return {"enum": list(values)}
+
+
+def setting(key: str, default: Any = dataclasses.MISSING, shape: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """A field with the YAML key SREs write for it; its default is the one default there is, and
+    `shape` what a value must look like (JSON Schema, for the chart)."""
+    metadata = {"key": key} if shape is None else {"key": key, "shape": shape}
+    return field(default=default, metadata=metadata, **kwargs)
 
 
 def key_of(cls: type, name: str) -> str:
@@ -64,8 +81,8 @@ class PrometheusConfig:
     connection.py speaks it). Every secret comes from a file, re-read on every query."""
 
     url: str = setting("url")  # the first endpoint
-    urls: tuple[str, ...] = setting("urls", ())  # equivalent endpoints tried in order; `url` alone is one
-    timeout: float = setting("timeout", 2.0)
+    urls: tuple[str, ...] = setting("urls", (), URLS)  # equivalent endpoints tried in order; `url` alone is one
+    timeout: float = setting("timeout", 2.0, DURATION)
     bearer_token_file: str | None = setting("bearerTokenFile", None)
     basic_auth: BasicAuth | None = setting("basicAuth", None)
     ca_file: str | None = setting("caFile", None)
@@ -73,10 +90,11 @@ class PrometheusConfig:
     key_file: str | None = setting("keyFile", None)
     server_name: str | None = setting("serverName", None)  # the name the server's certificate is checked for
     insecure_skip_verify: bool = setting("insecureSkipVerify", False)
-    headers: tuple[tuple[str, str], ...] = setting("headers", ())  # sent with every query (X-Scope-OrgID)
-    header_files: tuple[tuple[str, str], ...] = setting("headerFiles", ())  # name -> a file with the value
-    query_params: tuple[tuple[str, str], ...] = setting("queryParams", ())  # added to every query (dedup)
-    partial_response: str = setting("partialResponse", "use")  # use | fail: a reply with warnings
+    headers: tuple[tuple[str, str], ...] = setting("headers", (), TEXT_MAP)  # sent with every query (X-Scope-OrgID)
+    header_files: tuple[tuple[str, str], ...] = setting("headerFiles", (), TEXT_MAP)  # name -> a file with the value
+    query_params: tuple[tuple[str, str], ...] = setting("queryParams", (), TEXT_MAP)  # added to every query (dedup)
+    # use | fail: a reply with warnings
+    partial_response: str = setting("partialResponse", "use", choice(*PARTIAL_RESPONSES))
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -89,15 +107,17 @@ class Signal:
 
     name: str = setting("name")
     query: str = setting("query")
-    threshold: float | None = setting("threshold")  # the default depends on the name: presets.DEFAULT_THRESHOLDS
-    weight: float = setting("weight", 1.0)
+    # the default depends on the name: presets.DEFAULT_THRESHOLDS
+    threshold: float | None = setting("threshold", shape=OPTIONAL_RATIO)
+    weight: float = setting("weight", 1.0, NONNEGATIVE)
     hard: bool = setting("hard", False)  # with filterMode soft: still refuse on this signal, even if every node is over
 
 
 @dataclass(frozen=True)
 class NodeIdentity:
     label: str = setting("label", "node")  # a preset may set its own
-    kind: str = setting("kind", "name")  # "name": the label holds the node name; "address": IP[:port] of an InternalIP
+    # "name": the label holds the node name; "address": IP[:port] of an InternalIP
+    kind: str = setting("kind", "name", choice(*IDENTITY_KINDS))
 
 
 @dataclass(frozen=True)
@@ -105,7 +125,7 @@ class Scoring:
     """The strategy and its parameters by config key (loadext/scoring/ declares both, with
     their defaults); the parameters of the strategy in force only."""
 
-    strategy: str = setting("strategy", DEFAULT_STRATEGY)
+    strategy: str = setting("strategy", DEFAULT_STRATEGY, choice(*STRATEGIES))
     params: tuple[tuple[str, float], ...] = ()
 
     def param(self, key: str) -> float:
@@ -127,11 +147,12 @@ class HerdGuard:
     """Count recent placements until metrics show them; see core/herd/ for the estimate rule."""
 
     enabled: bool = setting("enabled", False)
-    window: float = setting("window", 0.0)  # seconds; 0 = derived from the signals' rate windows (derive_window)
-    cpu_limit_factor: float = setting("cpuLimitFactor", 0.85)
-    memory_limit_factor: float = setting("memoryLimitFactor", 0.7)
-    best_effort_cpu: float = setting("bestEffort.cpu", 0.25)  # cores
-    best_effort_memory: float = setting("bestEffort.memory", 200.0 * 1024 * 1024)  # bytes
+    # seconds; 0 = derived from the signals' rate windows (derive_window)
+    window: float = setting("window", 0.0, DURATION)
+    cpu_limit_factor: float = setting("cpuLimitFactor", 0.85, RATIO)
+    memory_limit_factor: float = setting("memoryLimitFactor", 0.7, RATIO)
+    best_effort_cpu: float = setting("bestEffort.cpu", 0.25, QUANTITY)  # cores
+    best_effort_memory: float = setting("bestEffort.memory", 200.0 * 1024 * 1024, QUANTITY)  # bytes
     burst_cap: int = setting("burstCap", 0)  # most placements per node per window; 0 = no cap
     soft: bool = setting("soft", True)  # never refuse every candidate only because of estimates or the burst cap
     # Pods' own usage (core/herd/learned.py), by namespace and pod; "" turns a resource's learning off.
@@ -180,7 +201,7 @@ class Pool:
     """Signal overrides for the nodes whose labels match `node_selector` (all pairs must match)."""
 
     name: str = setting("name")
-    node_selector: tuple[tuple[str, str], ...] = setting("nodeSelector")
+    node_selector: tuple[tuple[str, str], ...] = setting("nodeSelector", shape=TEXT_MAP)
     signals: tuple[Signal, ...] = setting("signals")  # the full signal list with this pool's thresholds and weights
 
     def matches(self, labels: Mapping[str, str]) -> bool:
@@ -193,19 +214,18 @@ class Config:
     signals: tuple[Signal, ...] = setting("signals")
     node_identity: NodeIdentity = setting("nodeIdentity", default_factory=NodeIdentity)
     preset: str | None = setting("preset", None)
-    refresh_interval: float = setting("refreshInterval", 15.0)
-    max_data_age: float = setting("maxDataAge", 60.0)
-    missing_data: str = setting("missingData", "pass")
-    failure_policy: str = setting("failurePolicy", "open")
+    refresh_interval: float = setting("refreshInterval", 15.0, DURATION)
+    max_data_age: float = setting("maxDataAge", 60.0, DURATION)
+    missing_data: str = setting("missingData", "pass", choice(*MISSING_DATA_POLICIES))
+    failure_policy: str = setting("failurePolicy", "open", choice(*FAILURE_POLICIES))
     scoring: Scoring = setting("scoring", default_factory=Scoring)
-    rejected_nodes: str = setting("rejectedNodes", "unresolvable")
+    rejected_nodes: str = setting("rejectedNodes", "unresolvable", choice(*REJECTION_KINDS))
     bind_enabled: bool = setting("bind.enabled", False)
     per_node_metrics: bool = setting("telemetry.perNodeMetrics", True)
     pools: tuple[Pool, ...] = setting("pools", ())
     herd_guard: HerdGuard = setting("herdGuard", default_factory=HerdGuard)
-    filter_mode: str = setting(
-        "filterMode", "hard"
-    )  # soft: when every candidate is over a threshold, pass the least hot
+    # soft: when every candidate is over a threshold, pass the least hot
+    filter_mode: str = setting("filterMode", "hard", choice(*FILTER_MODES))
 
     def query_for(self, signal: Signal) -> str:
         """The PromQL actually sent: the signal's, in the shape its scoring strategy reads

@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client
 
 from harness.cluster import Cluster, e2e_config, make_node, make_pod, scheduled_node, set_load
-from harness.deploy import find, template
+from harness.deploy import FITTED, find, template
 from harness.exporter import Exporter
 from harness.kubernetes import wait_until
 from harness.loadext import LOADEXT
@@ -67,3 +67,21 @@ def test_chart_installs_and_places_a_pod_by_load(
     wait_until(sees_load, "the chart's loadext to see the nodes' load", process=loadext)
     make_pod(cluster.core, f"{slug}-0", slug, "chart-scheduler")
     assert scheduled_node(cluster.core, f"{slug}-0", timeout=60) == cool
+
+
+def test_a_chart_fitted_with_every_placement_value_applies(cluster: Cluster, tmp_path: Path) -> None:
+    """The render with every placement, volume, env and Secret value set is accepted by the real
+    API server, and what it stored is what the values said (no ServiceMonitor: this API server
+    has no Prometheus Operator CRDs)."""
+    namespace = "loadext-fitted"
+    values = {**FITTED, "serviceMonitor": {"enabled": False}}
+    docs = template("fitted", namespace, values, tmp_path)
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    applied = cluster.plane.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    assert applied.returncode == 0, applied.stderr
+    stored = client.AppsV1Api(cluster.core.api_client).read_namespaced_deployment("fitted-loadext", namespace)
+    pod = stored.spec.template.spec
+    assert pod.priority_class_name == "system-cluster-critical" and pod.node_selector == FITTED["nodeSelector"]
+    assert [t.key for t in pod.tolerations] == ["infra"]
+    assert pod.topology_spread_constraints[0].when_unsatisfiable == "DoNotSchedule"
+    assert {v.name for v in pod.volumes} >= {"prometheus-auth", "scratch"}

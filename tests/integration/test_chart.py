@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 import loadext
-from harness.deploy import CHART, ROOT, find, helm, kustomize, template
+from harness.deploy import CHART, FITTED, ROOT, find, helm, kustomize, template
 from loadext.cli import build_parser
 from loadext.config import parse_config
+from loadext.config.jsonschema import config_schema
 
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
@@ -166,6 +167,10 @@ def test_dashboards_ship_from_the_same_json(tmp_path: Path) -> None:
         ("logFormat=yaml", "at '/logFormat'"),
         ("scheduler.httpTimeout=soon", "at '/scheduler/httpTimeout'"),
         ("replcas=2", "additional properties 'replcas' not allowed"),
+        ("config.treshold=0.8", "at '/config': additional properties 'treshold' not allowed"),
+        ("config.prometheus.timeout=2", "at '/config/prometheus/timeout': got number, want string"),
+        ("config.herdGuard.burstCap=three", "at '/config/herdGuard/burstCap': got string, want integer"),
+        ("config.signals[0].name=cpu,config.signals[0].treshold=1", "additional properties 'treshold' not allowed"),
     ],
 )
 def test_values_of_the_wrong_type_fail_by_name(setting: str, named: str) -> None:
@@ -174,37 +179,18 @@ def test_values_of_the_wrong_type_fail_by_name(setting: str, named: str) -> None
     assert named in result.stderr, result.stderr
 
 
+def test_the_charts_config_schema_is_loadexts_own() -> None:
+    """values.schema.json's `config` is what `python -m loadext.config.jsonschema` prints: the
+    loader's keys and value shapes, so a typo inside config fails helm template by name."""
+    shipped = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
+    assert shipped == config_schema(), "regenerate it: python -m loadext.config.jsonschema"
+
+
 def test_one_version_everywhere() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     kustomization = yaml.safe_load((ROOT / "manifests/base/kustomization.yaml").read_text())
     assert chart["appVersion"] == VERSION and loadext.__version__ == VERSION
     assert kustomization["images"] == [{"name": "loadext", "newName": "localhost/loadext", "newTag": VERSION}]
-
-
-# Every value a platform team needs to fit the chart to its cluster, set at once.
-FITTED = {
-    "replicas": 3,
-    "nodeSelector": {"node-role.kubernetes.io/infra": ""},
-    "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
-    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 1, "preference": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["infra"]}]}}
-    ]}},
-    "topologySpreadConstraints": [
-        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
-         "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "loadext"}}}
-    ],
-    "priorityClassName": "system-cluster-critical",
-    "podAnnotations": {"example.com/owner": "platform"},
-    "podLabels": {"team": "platform"},
-    "extraEnv": [{"name": "NO_PROXY", "value": ".svc,.cluster.local"}],
-    "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
-    "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-    "prometheusAuth": {"secretName": "prometheus-credentials"},
-    "serviceMonitor": {"enabled": True, "labels": {"release": "monitoring"}},
-    "dashboards": {"enabled": True},
-    "scheduler": {"replicas": 1, "nodeSelector": {"node-role.kubernetes.io/infra": ""},
-                  "tolerations": [{"key": "infra", "operator": "Exists"}], "priorityClassName": "system-node-critical"},
-}  # fmt: skip
 
 
 def test_every_placement_value_renders_where_it_belongs(tmp_path: Path) -> None:
