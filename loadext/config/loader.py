@@ -124,7 +124,7 @@ def _build(doc: Section) -> Config:
             f"must be at least refreshInterval ({refresh:g}s), or data expires before the next refresh can renew it",
         )
 
-    signals = _signals(doc, preset.queries if preset else {})
+    signals = _signals(doc, preset.queries if preset else {}, preset.optional if preset else {})
 
     scoring = _scoring(doc.section("scoring"))
 
@@ -287,8 +287,9 @@ def _default_spec(name: str, query: str | None) -> dict[str, Any]:
     }
 
 
-def _signals(doc: Section, preset_queries: dict[str, str]) -> tuple[Signal, ...]:
-    """Preset signals first, then the user's entries: same name overrides, new name adds."""
+def _signals(doc: Section, preset_queries: dict[str, str], optional: dict[str, str]) -> tuple[Signal, ...]:
+    """Preset signals first, then the user's entries: same name overrides, new name adds (with
+    the preset's optional query for that name, if it has one: cpu_pressure)."""
     merged = {name: _default_spec(name, query) for name, query in preset_queries.items()}
     raw = doc.raw("signals")
     if raw is not None and not isinstance(raw, list):
@@ -311,7 +312,7 @@ def _signals(doc: Section, preset_queries: dict[str, str]) -> tuple[Signal, ...]
         if not SIGNAL_NAME.match(name):
             entry.error("name", "must match [a-z][a-z0-9_]* (it becomes a metric label)")
         entry.name_by(name)
-        base = merged.get(name) or _default_spec(name, None)
+        base = merged.get(name) or _default_spec(name, optional.get(name))
         if "threshold" in entry.data and entry.data["threshold"] is None:
             base["threshold"] = None  # explicit null: score on this signal, never filter on it
         merged[name] = {

@@ -8,16 +8,32 @@ travels with the queries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class Preset:
-    """Queries per signal plus where the node identity is found in their results."""
+    """Queries per signal plus where the node identity is found in their results; `optional`
+    signals are off until a config lists them by name (`signals: [{name: cpu_pressure}]`)."""
 
     queries: dict[str, str]
     identity_label: str
     identity_kind: str  # "name" or "address"
+    optional: dict[str, str] = field(default_factory=dict)
+
+
+# Pressure stall information (PSI): the share of time some task waited for CPU, or for memory,
+# over the rate window, 0..1 as it is. It sees contention that utilisation misses (a node at 60 %
+# whose tasks queue). Caveat: a CPU-limited pod's own CFS throttling counts as CPU waiting too
+# (kubernetes/enhancements#5062), so one throttled pod can raise its node's cpu_pressure.
+def _pressure(selector: str, join: str = "") -> dict[str, str]:
+    return {
+        f"{resource}_pressure": f"rate(node_pressure_{resource}_waiting_seconds_total{{{selector}}}[5m]){join}"
+        for resource in ("cpu", "memory")
+    }
+
+
+_KPS_JOIN = " * on (namespace, pod) group_left (node) node_namespace_pod:kube_pod_info:"
 
 
 PRESETS: dict[str, Preset] = {
@@ -32,6 +48,7 @@ PRESETS: dict[str, Preset] = {
         },
         identity_label="node",
         identity_kind="name",
+        optional=_pressure('job="node-exporter"', _KPS_JOIN),
     ),
     # jsonnet kube-prometheus relabels the node name into `instance`.
     "kube-prometheus": Preset(
@@ -41,6 +58,7 @@ PRESETS: dict[str, Preset] = {
         },
         identity_label="instance",
         identity_kind="name",
+        optional=_pressure('job="node-exporter"'),
     ),
     # Plain Prometheus scraping node_exporter by IP:port, no recording rules: loadext maps the
     # address to the Node's InternalIP itself.
@@ -52,6 +70,7 @@ PRESETS: dict[str, Preset] = {
         },
         identity_label="instance",
         identity_kind="address",
+        optional=_pressure('job="node"'),
     ),
     # No node-exporter at all: pod usage from cAdvisor over allocatable from KSM. System
     # daemons are not counted, so the numbers read lower than the node-exporter presets.
@@ -68,6 +87,12 @@ PRESETS: dict[str, Preset] = {
         },
         identity_label="node",
         identity_kind="name",
+        # The kubelet's own PSI (Kubernetes 1.36, GA), its root cgroup standing for the node.
+        optional={
+            f"{resource}_pressure": f"max by (node) (rate(container_pressure_{resource}_waiting_seconds_total"
+            f'{{job="kubelet", metrics_path="/metrics/cadvisor", id="/"}}[5m]))'
+            for resource in ("cpu", "memory")
+        },
     ),
 }
 

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harness.inprocess import StartLoadext
 from harness.node_exporter import STACK_RULES, KubeStateMetrics, NodeExporter, stack_scrape_config
 from harness.prometheus import PrometheusServer
 from harness.waiting import eventually
 from harness.wire import full_nodes_request, names_request
+from loadext.config import parse_config
 from loadext.config.presets import PRESETS
 
 NODE, IP = "this-host", "127.0.0.1"
@@ -104,3 +106,35 @@ async def test_an_address_no_node_has_is_reported_unmatched(
         return True
 
     await eventually(reported, within=20)
+
+
+@pytest.mark.parametrize("preset", ["node-exporter-by-ip", "kube-prometheus-stack"])
+async def test_pressure_signals_are_off_until_named_then_read_from_the_real_psi_collector(
+    node_prometheus: PrometheusServer, start_loadext: StartLoadext, preset: str
+) -> None:
+    """This machine has /proc/pressure, so the real node_exporter serves PSI: a config that
+    names cpu_pressure and memory_pressure gets each node's share of time waiting, 0..1."""
+    assert set(PRESETS[preset].optional) == {"cpu_pressure", "memory_pressure"}
+    config = {
+        "prometheus": {"url": node_prometheus.url},
+        "preset": preset,
+        "refreshInterval": "200ms",
+        "signals": [{"name": "cpu_pressure", "threshold": 0.9}, {"name": "memory_pressure"}],
+    }
+    loadext = await start_loadext(config)
+    body = full_nodes_request({NODE: IP}) if preset == "node-exporter-by-ip" else names_request(NODE)
+
+    async def values() -> dict[str, float]:
+        await loadext.post("filter", body)
+        row = next(r for r in (await loadext.explain())["nodes"] if r["node"] == NODE)
+        got = {signal: v["value"] for signal, v in row["signals"].items()}
+        assert set(got) == {"cpu", "memory", "cpu_pressure", "memory_pressure"}, got
+        return got
+
+    got = await eventually(values, within=30)
+    for signal in ("cpu_pressure", "memory_pressure"):
+        assert 0 <= got[signal] <= 1
+        expected = evaluated(node_prometheus, PRESETS[preset].optional[signal])
+        assert got[signal] == pytest.approx(expected, abs=0.15), signal
+    plain = {"prometheus": {"url": node_prometheus.url}, "preset": preset}
+    assert [s.name for s in parse_config(yaml.safe_dump(plain)).signals] == ["cpu", "memory"]  # off by default
