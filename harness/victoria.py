@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from harness.kubernetes import Process, wait_until
 from harness.prometheus import free_port
 
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
@@ -40,35 +41,18 @@ class _Server:
     def __init__(self, workdir: str, name: str, argv: list[str], port: int) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
-        self._log = open(os.path.join(workdir, f"{name}.log"), "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{name} exited: " + self.read_log())
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=1) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} not ready: " + self.read_log())
-            time.sleep(0.05)
+        self.process = Process(name, argv, Path(workdir))
+        wait_until(self._healthy, name, timeout=30, process=self.process)
+
+    def _healthy(self) -> bool:
+        with urllib.request.urlopen(f"{self.url}/health", timeout=1) as reply:
+            return bool(reply.status == 200)
 
     def read_log(self) -> str:
-        with open(self._log.name, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        return self.process.log_tail()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+        self.process.stop()
 
 
 class VictoriaMetrics(_Server):
