@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -23,7 +24,7 @@ from aiohttp import web
 from loadext import __version__
 from loadext.config import Config, parse_config
 from loadext.core.cluster import Cluster
-from loadext.core.explain import explain
+from loadext.core.explain import explain, node_states
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs
 from loadext.http import lifecycle, tls
@@ -94,7 +95,7 @@ class App:
         self.requeue_stranded = requeue_stranded
         cluster = self.cluster
         self.telemetry.refresh.watch_degraded(lambda: cluster.table().degraded)
-        self.telemetry.herd.watch_stranded(lambda: len(cluster.stranded))
+        self.telemetry.herd.watch_stranded(cluster.stranded_count)
         self._config_applied()
 
     def apply(self, config: Config) -> None:
@@ -106,7 +107,7 @@ class App:
 
     def _config_applied(self) -> None:
         cluster = self.cluster
-        self.telemetry.config_applied(cluster.config, cluster.node_states, cluster.clock(), ERROR_KINDS)
+        self.telemetry.config_applied(cluster.config, partial(node_states, cluster), cluster.clock(), ERROR_KINDS)
 
     async def bind(self, args: BindingArgs) -> str:
         if not self.cluster.config.bind_enabled:

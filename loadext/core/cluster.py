@@ -22,7 +22,7 @@ from loadext.core.identity import Addresses, Identities, identities_for
 from loadext.core.ingest import EndpointState, MappingReport, Round
 from loadext.core.mapping import SeriesMapping
 from loadext.core.nodes import NodeDirectory
-from loadext.core.policy import DecisionTable, NodeState, Verdict, build_table
+from loadext.core.policy import DecisionTable, Verdict, build_table
 from loadext.core.requests import BoundPod, ExtenderArgs, NodeInfo
 from loadext.core.signal_health import SignalHealth
 from loadext.core.snapshot import SignalValues, SnapshotCache
@@ -218,17 +218,6 @@ class Cluster:
     def stranded_nudged(self) -> int:
         return self.stranded.nudged(self.clock())
 
-    # --- what explain and the per-node metrics read -------------------------------------------
-
-    def node_states(self) -> list[NodeState]:
-        """Every node loadext knows (and, with name identities, every node a series names)."""
-        table, snapshot = self.table(), self.cache.snapshot
-        names = sorted(self.identities.nodes(self.directory, snapshot))
-        labelled = self.directory.labelled()
-        states = []
-        for name, identity in zip(names, self.identities_of(names, {}, table), strict=True):
-            samples = snapshot.by_identity.get(identity, {})
-            pool = self._config.pool_for(labelled.get(name))
-            verdict = table.by_identity[identity]
-            states.append(NodeState(name, identity or None, samples, verdict, pool.name if pool else None))
-        return states
+    def stranded_count(self) -> int:
+        """Pods whose last filter passed no node (loadext_stranded_pods)."""
+        return len(self.stranded)

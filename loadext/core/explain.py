@@ -9,7 +9,23 @@ from typing import Any
 from loadext.core.cluster import Cluster
 from loadext.core.decisions import DecisionLog
 from loadext.core.herd.usage import Usage
-from loadext.core.policy import fullness
+from loadext.core.policy import NodeState, fullness
+
+
+def node_states(cluster: Cluster) -> list[NodeState]:
+    """Every node loadext knows (and, with name identities, every node a series names), as
+    explain and the per-node metrics show it."""
+    table, snapshot = cluster.table(), cluster.cache.snapshot
+    names = sorted(cluster.identities.nodes(cluster.directory, snapshot))
+    labelled, config = cluster.directory.labelled(), cluster.config
+    states = []
+    for name, identity in zip(names, cluster.identities_of(names, {}, table), strict=True):
+        samples = snapshot.by_identity.get(identity, {})
+        pool = config.pool_for(labelled.get(name))
+        states.append(
+            NodeState(name, identity or None, samples, table.by_identity[identity], pool.name if pool else None)
+        )
+    return states
 
 
 def explain(cluster: Cluster) -> dict[str, Any]:
@@ -36,7 +52,7 @@ def explain(cluster: Cluster) -> dict[str, Any]:
             "score": state.verdict.score,
             "reason": state.verdict.reason,
         }
-        for state in cluster.node_states()
+        for state in node_states(cluster)
     ]
     return {
         "time": now,
