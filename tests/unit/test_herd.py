@@ -18,7 +18,7 @@ from harness.inprocess import client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.app import App
 from loadext.config import HerdGuard
-from loadext.core.extender import top_pick
+from loadext.core.extender import likely_node, top_pick
 from loadext.core.herd.correction import Candidate, corrected
 from loadext.core.herd.inflight import NO_PLACEMENTS, InFlight, Placement, next_change, unseen_share
 from loadext.core.herd.usage import EstimateRule, Usage, container_estimate, pod_estimate
@@ -311,3 +311,14 @@ def test_in_flight_sums_and_changes_match_a_recount(steps: list[tuple[str, int, 
         changed = inflight.changed_since(version)
         assert changed is not None
         assert {n for n in {*before, *after} if before.get(n) != after.get(n)} <= set(changed)
+
+
+def test_the_likely_node_among_tied_tops_has_the_fewest_pods_in_flight() -> None:
+    """kube-scheduler breaks equal extender scores with LeastAllocated first: among tied top
+    scores loadext guesses a node with the fewest pods in flight, at random among those."""
+    names, scores = ["a", "b", "c", "d"], [7, 7, 5, 7]
+    in_flight = {"a": (Usage(3.4, 0), 2), "d": (Usage(1.7, 0), 1)}  # b has none
+    assert {likely_node(names, scores, start, in_flight) for start in range(4)} == {1}
+    in_flight["b"] = (Usage(1.7, 0), 1)
+    assert {likely_node(names, scores, start, in_flight) for start in range(4)} == {1, 3}  # b and d, 1 each
+    assert likely_node(names, [2, 9, 9], 0, None) in (1, 2) and likely_node(names, [1, 9, 3], 2, {}) == 1
