@@ -196,9 +196,10 @@ def likely_node(names: list[str], scores: list[int], start: int, in_flight: InFl
     among the ties at random was wrong most of the time in a burst, and until the pod watch
     corrected it, the node really chosen looked emptier than it was and drew the next pods too
     (the e2e burst test put 8 pods on a node whose fair share was 5 under load)."""
-    top = max(scores)
-    if in_flight is None or scores.count(top) == 1:
-        return top_pick(scores, start)
+    pick = top_pick(scores, start)
+    if in_flight is None or names[pick] not in in_flight:
+        return pick  # none has fewer than none in flight: the common case costs two C-level scans
+    top = scores[pick]
     tied = list(compress(range(len(scores)), map(top.__eq__, scores)))
     placed = [in_flight.get(names[i], NO_PLACEMENTS)[1] for i in tied]
     fewest = min(placed)
