@@ -25,7 +25,7 @@ from loadext.core.nodes import NodeDirectory
 from loadext.core.policy import DecisionTable, Verdict, build_table
 from loadext.core.requests import BoundPod, ExtenderArgs, NodeInfo
 from loadext.core.signal_health import SignalHealth
-from loadext.core.snapshot import SignalValues, SnapshotCache
+from loadext.core.snapshot import SignalValues, Snapshot, SnapshotCache
 
 
 class Cluster:
@@ -91,22 +91,24 @@ class Cluster:
             or table.pools_version != self._pools_version()
             or self.clock() >= table.valid_until
         ):
-            assignment = self.identities.pools(self.directory, self._config)
-            snapshot, now = self.cache.snapshot, self.clock()
-            table = self._table = build_table(snapshot, self._config, now, assignment, self._pools_version())
+            table = self._table = self._decider()(self.cache.snapshot)
         return table
 
-    def round_builder(self) -> Callable[[Iterable[SignalValues]], Round]:
-        """Bound to the config and pool labels of now (read here, on the event loop), so the
-        refresher can run it in a worker thread: storing thousands of values and judging every
-        node takes tens of milliseconds at 5000 nodes."""
+    def _decider(self) -> Callable[[Snapshot], DecisionTable]:
+        """The one way a table is built: bound to the config and pool labels of now (read here,
+        on the event loop), so that it can run in a worker thread."""
         config, pools_version, clock = self._config, self._pools_version(), self.clock
         assignment = self.identities.pools(self.directory, config)
-        cache = self.cache
+        return lambda snapshot: build_table(snapshot, config, clock(), assignment, pools_version)
+
+    def round_builder(self) -> Callable[[Iterable[SignalValues]], Round]:
+        """Stores a round's values and decides them, for the refresher's worker thread: storing
+        thousands of values and judging every node takes tens of milliseconds at 5000 nodes."""
+        decide, cache = self._decider(), self.cache
 
         def build(values: Iterable[SignalValues]) -> Round:
             snapshot = cache.store_round(values)
-            return Round(snapshot, build_table(snapshot, config, clock(), assignment, pools_version))
+            return Round(snapshot, decide(snapshot))
 
         return build
 
