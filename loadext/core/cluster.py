@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 
 from loadext.config import Config
 from loadext.core.herd.guard import NO_GUARD, ActiveGuard, Guard, View
@@ -209,7 +210,7 @@ class Cluster:
             names = sorted(nodes)
             table = self.table()
             identities = self.identities_of(names, {}, table)
-            verdicts = self.guard.corrected(self.view(table), names, identities, incoming, None)
+            verdicts = self.guard.corrected(partial(self.view, table), names, identities, incoming, None)
             if verdicts is None:
                 verdicts = self.measured(identities, table)
             for name, verdict in zip(names, verdicts, strict=True):

@@ -12,6 +12,7 @@ import logging
 import random
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
+from functools import partial
 from itertools import compress
 from operator import attrgetter, not_
 
@@ -45,7 +46,8 @@ class Extender:
         table = cluster.table()
         identities = cluster.identities_of(args.names, args.addresses, table)
         incoming, own = cluster.guard.incoming(args.pod)
-        return table, identities, cluster.guard.corrected(cluster.view(table), args.names, identities, incoming, own)
+        view_of = partial(cluster.view, table)
+        return table, identities, cluster.guard.corrected(view_of, args.names, identities, incoming, own)
 
     def verdicts(self, args: ExtenderArgs) -> list[Verdict]:
         """One verdict per candidate, as filter and prioritize judge them."""
@@ -103,11 +105,11 @@ class Extender:
         cluster.nodes_named(names)
         table = cluster.table()
         identities = cluster.identities_of(names, {}, table)
-        view, guard = cluster.view(table), cluster.guard
+        view_of, guard = partial(cluster.view, table), cluster.guard
         if args.pod is not None:
-            verdicts = guard.preemption(view, names, identities, args.pod, args.victims)
+            verdicts = guard.preemption(view_of, names, identities, args.pod, args.victims)
         else:
-            verdicts = guard.corrected(view, names, identities, Usage(), None)
+            verdicts = guard.corrected(view_of, names, identities, Usage(), None)
         if verdicts is None:
             verdicts = cluster.measured(identities, table)
         kept = {name: args.victims[name] for name, verdict in zip(names, verdicts, strict=True) if verdict.passed}
@@ -126,7 +128,8 @@ class Extender:
             for identity, verdict in zip(identities, measured, strict=True):
                 samples = by_identity.get(identity)
                 heats.append(heat(samples, config, table.pools.get(identity), verdict) if samples else None)
-        herd_heats = guard.heats(cluster.view(table), args.names, identities, measured, args.pod) if guard.soft else []
+        view_of = partial(cluster.view, table)
+        herd_heats = guard.heats(view_of, args.names, identities, measured, args.pod) if guard.soft else []
         chosen, why = soft_choice(measured, heats, herd_heats, guard.soft, threshold_soft)
         if chosen:
             now = cluster.clock()

@@ -9,7 +9,7 @@ the guard is switched off (a ConfigMap edit): the pod watch, not the guard, deci
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,24 +46,29 @@ class View:
         return Candidate(name, table.by_identity[identity], self.samples.get(identity), table.pools.get(identity))
 
 
+# What a guard is handed to build a View when it needs one: NO_GUARD never does, so a call with
+# the guard off pays nothing for it (a View costs ~1.4 us).
+ViewOf = Callable[[], View]
+
+
 class Guard(Protocol):
     def incoming(self, pod: PodRef | None) -> tuple[Usage, Placement | None]:
         """The pod's own estimate (recorded for the calls that follow) and where an earlier
         call expected it; nothing while the guard is off."""
 
     def corrected(
-        self, view: View, names: list[str], identities: list[str], incoming: Usage, own: Placement | None
+        self, view_of: ViewOf, names: list[str], identities: list[str], incoming: Usage, own: Placement | None
     ) -> list[Verdict] | None:
         """One verdict per name with the pods in flight and the incoming pod counted; None
         when nothing is corrected and the table's verdicts stand."""
 
     def heats(
-        self, view: View, names: list[str], identities: list[str], measured: list[Verdict], pod: PodRef | None
+        self, view_of: ViewOf, names: list[str], identities: list[str], measured: list[Verdict], pod: PodRef | None
     ) -> list[float | None]:
         """Each candidate passing by measurement: how full it would be with what is in flight."""
 
     def preemption(
-        self, view: View, names: list[str], identities: list[str], pod: PodRef, victims: Mapping[str, Victims]
+        self, view_of: ViewOf, names: list[str], identities: list[str], pod: PodRef, victims: Mapping[str, Victims]
     ) -> list[Verdict] | None:
         """Each node judged as it would be after the preemption; None: the table's verdicts."""
 
@@ -118,7 +123,7 @@ class ActiveGuard:
     # --- corrections ------------------------------------------------------------------------
 
     def corrected(
-        self, view: View, names: list[str], identities: list[str], incoming: Usage, own: Placement | None
+        self, view_of: ViewOf, names: list[str], identities: list[str], incoming: Usage, own: Placement | None
     ) -> list[Verdict] | None:
         """correction.corrected for every name, at C speed per node: verdicts come from a memo
         per pod size (memo.py) that is kept current with what is in flight, so a call judges
@@ -126,6 +131,7 @@ class ActiveGuard:
         only (a pass over all 500 was 6.5 % of loadext's CPU in the 5000-node scheduler
         benchmark: the Verdicts lie scattered in memory). tests/unit/test_herd.py checks it
         against correcting every candidate one by one."""
+        view = view_of()
         if view.table.degraded:
             return None  # every node is decided by the failure policy: nothing to add to
         in_flight = self.ledger.inflight.per_node(view.now)  # expires the window first, so the memo sees it
@@ -162,12 +168,13 @@ class ActiveGuard:
         return guarded
 
     def heats(
-        self, view: View, names: list[str], identities: list[str], measured: list[Verdict], pod: PodRef | None
+        self, view_of: ViewOf, names: list[str], identities: list[str], measured: list[Verdict], pod: PodRef | None
     ) -> list[float | None]:
         """correction.corrected_heat of each candidate under its thresholds by measurement (None
         for the rest), kept in the memo beside the verdicts: when a burst outgrows the
         estimates every call is a soft pass, and each then computes only the nodes changed
         since the last one, not all ~500 (5.7 ms a pod, filter and prioritize, when it did)."""
+        view = view_of()
         estimate = self._estimates.get(pod.uid) if pod is not None else None
         incoming = estimate.usage if estimate is not None else Usage()
         own = self.ledger.inflight.get(pod.uid) if pod is not None else None
@@ -192,7 +199,7 @@ class ActiveGuard:
         return heats
 
     def preemption(
-        self, view: View, names: list[str], identities: list[str], pod: PodRef, victims: Mapping[str, Victims]
+        self, view_of: ViewOf, names: list[str], identities: list[str], pod: PodRef, victims: Mapping[str, Victims]
     ) -> list[Verdict] | None:
         """Each node judged as it would be once its victims are gone and the preemptor runs
         there: measured load, plus the pods in flight on it except the victims among them
@@ -200,6 +207,7 @@ class ActiveGuard:
         before (herdGuard.podUsage; a victim not measured stays in the load, erring on the
         side of not preempting), plus the preemptor's own estimate."""
         incoming, _ = self.incoming(pod)
+        view = view_of()
         if view.table.degraded:
             return None
         in_flight = self.ledger.inflight.per_node(view.now)
@@ -229,17 +237,17 @@ class NoGuard:
         return Usage(), None
 
     def corrected(
-        self, view: View, names: list[str], identities: list[str], incoming: Usage, own: Placement | None
+        self, view_of: ViewOf, names: list[str], identities: list[str], incoming: Usage, own: Placement | None
     ) -> list[Verdict] | None:
         return None
 
     def heats(
-        self, view: View, names: list[str], identities: list[str], measured: list[Verdict], pod: PodRef | None
+        self, view_of: ViewOf, names: list[str], identities: list[str], measured: list[Verdict], pod: PodRef | None
     ) -> list[float | None]:
         return []
 
     def preemption(
-        self, view: View, names: list[str], identities: list[str], pod: PodRef, victims: Mapping[str, Victims]
+        self, view_of: ViewOf, names: list[str], identities: list[str], pod: PodRef, victims: Mapping[str, Victims]
     ) -> list[Verdict] | None:
         return None
 
