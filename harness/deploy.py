@@ -79,6 +79,7 @@ FITTED: dict[str, Any] = {
     "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
     "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
     "prometheusAuth": {"secretName": "prometheus-credentials"},
+    "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/loadext"}},
     "serviceMonitor": {"enabled": True, "labels": {"release": "monitoring"}},
     "dashboards": {"enabled": True},
     "scheduler": {"replicas": 1, "nodeSelector": {"node-role.kubernetes.io/infra": ""},

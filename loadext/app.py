@@ -31,7 +31,7 @@ from loadext.http import lifecycle, tls
 from loadext.http.limits import Limits
 from loadext.http.server import ServerState, create_app, create_ops_app, install_event_loop
 from loadext.sources import kube, requeue, watches
-from loadext.sources.connection import ERROR_KINDS
+from loadext.sources.query_error import ERROR_KINDS
 from loadext.sources.refresher import Refresher
 from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
 from loadext.sources.watches import ConfigMapRef

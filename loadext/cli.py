@@ -27,8 +27,8 @@ from loadext.commands.arguments import (
 )
 from loadext.config import ConfigError
 from loadext.logs import configure as configure_logs
-from loadext.sources.connection import QueryError
 from loadext.sources.kube import KubeError
+from loadext.sources.query_error import QueryError
 
 EXAMPLES = """examples:
   loadext check-config config.yaml                       validate a config, its PromQL included

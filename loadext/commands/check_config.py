@@ -8,8 +8,8 @@ from dataclasses import replace
 from loadext.commands import EXIT_INVALID, EXIT_OK, EXIT_PROMETHEUS
 from loadext.config import load_config
 from loadext.config.prometheus import endpoint
-from loadext.sources.connection import QueryError
 from loadext.sources.prometheus import PrometheusSource, QueryResult
+from loadext.sources.query_error import QueryError
 
 
 def run(path: str, prometheus: str | None) -> int:

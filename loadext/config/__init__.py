@@ -15,6 +15,7 @@ from loadext.config.schema import (
     PrometheusConfig,
     Scoring,
     Signal,
+    SigV4,
 )
 from loadext.config.units import parse_duration, quantity
 
@@ -28,6 +29,7 @@ __all__ = [
     "Pool",
     "PrometheusConfig",
     "Scoring",
+    "SigV4",
     "Signal",
     "load_config",
     "parse_config",

@@ -10,18 +10,21 @@ with what to write instead.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
 from loadext.config.reading import Section, boolean, choice, positive_duration, string
-from loadext.config.schema import PARTIAL_RESPONSES, BasicAuth, FieldError, PrometheusConfig
+from loadext.config.schema import PARTIAL_RESPONSES, BasicAuth, FieldError, PrometheusConfig, SigV4
 
 # RFC 9110's token: what a header name may be made of.
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-# Headers loadext sets itself from bearerTokenFile or basicAuth.
-_AUTH_HEADERS = {"authorization"}
+# Headers loadext sets itself from bearerTokenFile, basicAuth or sigv4.
+_AUTH_HEADERS = {"authorization", "x-amz-date", "x-amz-security-token"}
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$")  # us-east-1, us-gov-west-1, cn-north-1
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$")
 
 
 def endpoint(value: Any) -> str:
@@ -129,12 +132,14 @@ def read_prometheus(doc: Section) -> PrometheusConfig:
     url = section.get("url", endpoint, "")
     urls: tuple[str, ...] = section.get("urls", endpoints, ())
     basic_auth = _basic_auth(section.section("basicAuth"))
+    sigv4 = _sigv4(section.section("sigv4"))
     config = PrometheusConfig(
         url=url or (urls[0] if urls else ""),
         urls=urls,
         timeout=section.setting(PrometheusConfig, "timeout", positive_duration),
         bearer_token_file=section.setting(PrometheusConfig, "bearer_token_file", credential_file),
         basic_auth=basic_auth,
+        sigv4=sigv4,
         ca_file=section.setting(PrometheusConfig, "ca_file", credential_file),
         cert_file=section.setting(PrometheusConfig, "cert_file", credential_file),
         key_file=section.setting(PrometheusConfig, "key_file", credential_file),
@@ -162,6 +167,35 @@ def _basic_auth(section: Section) -> BasicAuth | None:
     return BasicAuth(username, password_file) if username and password_file else None
 
 
+def region(value: Any) -> str:
+    text = string(value)
+    if not _REGION.match(text):
+        raise ValueError(f"{text!r} is not an AWS region (such as us-east-1)")
+    return text
+
+
+def role_arn(value: Any) -> str:
+    text = string(value)
+    if not _ROLE_ARN.match(text):
+        raise ValueError(f"{text!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/name)")
+    return text
+
+
+def _sigv4(section: Section) -> SigV4 | None:
+    if section.absent or not section.valid:
+        return None
+    found_region = section.get("region", region, "")
+    if not found_region and "region" not in section.data:
+        section.error("region", "is required with sigv4: the region of the workspace (us-east-1)")
+    arn = section.get("roleArn", role_arn, None)
+    section.finish()
+    if importlib.util.find_spec("botocore") is None:
+        message = "needs the AWS SDK (botocore): pip install 'loadext[aws]' (the image has it)"
+        section.errors.append(FieldError(section.path, section.line, message))
+        return None
+    return SigV4(found_region, arn) if found_region else None
+
+
 def header_files(value: Any) -> tuple[tuple[str, str], ...]:
     """Header name -> a file holding its value (a tenant ID or an API key from a Secret)."""
     pairs = headers(value)
@@ -186,10 +220,17 @@ def _check_together(section: Section, config: PrometheusConfig) -> None:
         problem = _pem_problem(config.ca_file, None)
         if problem:
             section.error("caFile", f"{config.ca_file} {problem}")
-    if config.bearer_token_file and config.basic_auth:
-        section.error("basicAuth", "give bearerTokenFile or basicAuth, not both")
-    if config.bearer_token_file or config.basic_auth:
+    authentications = [key for key, value in _authentications(config) if value]
+    if len(authentications) > 1:
+        both = " and ".join(authentications)
+        section.error(authentications[1], f"give one of bearerTokenFile, basicAuth and sigv4, not {both}")
+    if authentications:
         for name, _ in (*config.headers, *config.header_files):
             if name.lower() in _AUTH_HEADERS:
-                key = "headers" if name in dict(config.headers) else "headerFiles"
-                section.error(key, f"{name} is set by bearerTokenFile or basicAuth already")
+                where = "headers" if name in dict(config.headers) else "headerFiles"
+                section.error(where, f"{name} is set by {authentications[0]} already")
+
+
+def _authentications(config: PrometheusConfig) -> tuple[tuple[str, object], ...]:
+    """The settings that each set the Authorization header: one at most."""
+    return (("bearerTokenFile", config.bearer_token_file), ("basicAuth", config.basic_auth), ("sigv4", config.sigv4))

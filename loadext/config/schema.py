@@ -76,6 +76,16 @@ class BasicAuth:
 
 
 @dataclass(frozen=True)
+class SigV4:
+    """AWS Signature Version 4 on every query (Amazon Managed Service for Prometheus). The
+    credentials are the AWS SDK's chain (environment, web identity as IRSA sets it, EKS Pod
+    Identity, instance profile); with roleArn, loadext assumes that role with them."""
+
+    region: str = setting("region")
+    role_arn: str | None = setting("roleArn", None)
+
+
+@dataclass(frozen=True)
 class PrometheusConfig:
     """How to reach the Prometheus API (config/prometheus.py reads and checks it; the sources'
     connection.py speaks it). Every secret comes from a file, re-read on every query."""
@@ -88,6 +98,7 @@ class PrometheusConfig:
     ca_file: str | None = setting("caFile", None)
     cert_file: str | None = setting("certFile", None)  # a client certificate, with keyFile
     key_file: str | None = setting("keyFile", None)
+    sigv4: SigV4 | None = setting("sigv4", None)  # needs the aws extra (botocore)
     server_name: str | None = setting("serverName", None)  # the name the server's certificate is checked for
     insecure_skip_verify: bool = setting("insecureSkipVerify", False)
     headers: tuple[tuple[str, str], ...] = setting("headers", (), TEXT_MAP)  # sent with every query (X-Scope-OrgID)
@@ -250,6 +261,7 @@ SECTIONS: dict[str, type] = {
     "": Config,
     "prometheus": PrometheusConfig,
     "prometheus.basicAuth": BasicAuth,
+    "prometheus.sigv4": SigV4,
     "nodeIdentity": NodeIdentity,
     "signals[]": Signal,
     "scoring": Scoring,

@@ -6,7 +6,8 @@ failure says.
   that would be the same everywhere (401, 400, 404) is not retried elsewhere. Each endpoint's
   last outcome is kept (`status`) for /explain and the metrics.
 - Credentials come from files, read on every request, so rotation needs no reload: a bearer
-  token, basic auth's password, header values (`headerFiles`). A file that cannot be read is
+  token, basic auth's password, header values (`headerFiles`); or `sigv4` signs each request
+  with the AWS SDK's credentials (sigv4.py). A file that cannot be read is
   a query error naming the setting (kind `credentials`), never a traceback.
 - TLS is what the config says: `caFile` or `insecureSkipVerify` is passed with every request,
   so REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE cannot override it (requests lets them replace a
@@ -24,7 +25,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 import orjson
 import requests
@@ -32,35 +33,11 @@ from requests.adapters import HTTPAdapter
 
 from loadext.config import PrometheusConfig
 from loadext.core.ingest import EndpointState
+from loadext.sources.query_error import ErrorKind, QueryError
+from loadext.sources.sigv4 import Signer, canonical_query
 
-ErrorKind = Literal[
-    "timeout",  # no answer within prometheus.timeout
-    "connection",  # refused, reset, DNS, TLS
-    "auth",  # HTTP 401 or 403: credentials missing, wrong or not allowed
-    "credentials",  # a credential file loadext could not read
-    "bad_query",  # HTTP 400 from Prometheus: it could not parse or plan the query
-    "execution",  # HTTP 422: it failed while evaluating (too many samples, ...)
-    "unavailable",  # HTTP 503: overloaded or shutting down
-    "http_4xx",
-    "http_5xx",
-    "http_other",  # any other status, or a 400 that is not Prometheus' (a proxy's)
-    "parse",  # a reply that is not Prometheus' API JSON
-    "result_type",  # a matrix where a vector was due, or malformed samples
-    "partial",  # a reply with warnings (a store down) under partialResponse: fail
-    "request",  # anything else requests raised
-]
-ERROR_KINDS: tuple[str, ...] = get_args(ErrorKind)  # the label values of loadext_prometheus_query_errors_total
 _FAILOVER: frozenset[str] = frozenset({"timeout", "connection", "unavailable", "http_5xx"})
 REDACTED = "<redacted>"
-
-
-class QueryError(Exception):
-    """A failed query; `kind` is a bounded label value for metrics, `detail` says why."""
-
-    def __init__(self, kind: ErrorKind, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -95,6 +72,7 @@ class Connection:
         self._verify: bool | str = config.ca_file or not config.insecure_skip_verify
         self._cert = (config.cert_file, config.key_file) if config.cert_file and config.key_file else None
         self._params = dict(config.query_params)
+        self._signer = Signer(config.sigv4) if config.sigv4 else None
 
     def status(self) -> list[EndpointState]:
         """Each endpoint's last outcome, in the order they are tried (not yet tried: absent)."""
@@ -139,13 +117,17 @@ class Connection:
 
     def _get(self, url: str, path: str, params: dict[str, str]) -> Reply:
         secrets: list[str] = []
-        headers = self._headers(secrets)
         timeout = self.config.timeout
+        # The query string in SigV4's canonical form, whether signed or not: one encoding, always.
+        query = canonical_query({**self._params, **params})
+        target = f"{url}{path}?{query}" if query else url + path
         try:
+            headers = self._headers(secrets)
+            if self._signer is not None:
+                headers.update(self._signer.headers(target, secrets))
             try:
                 response = self._session().get(
-                    url + path,
-                    params={**self._params, **params},
+                    target,
                     headers=headers,
                     timeout=timeout,
                     verify=self._verify,  # passed each time: the environment cannot replace it
@@ -188,6 +170,8 @@ class Connection:
         config = self.config
         if config.bearer_token_file:
             return f"bearer token from {config.bearer_token_file}"
+        if self._signer is not None:
+            return self._signer.describe()
         if config.basic_auth is not None:
             return f"basic auth user {config.basic_auth.username!r}"
         if config.header_files or config.headers:

@@ -15,7 +15,8 @@ from typing import Any
 
 from loadext.config import NodeIdentity, PrometheusConfig
 from loadext.core.identity import identities_for
-from loadext.sources.connection import Connection, QueryError, Reply
+from loadext.sources.connection import Connection, Reply
+from loadext.sources.query_error import QueryError
 
 
 @dataclass

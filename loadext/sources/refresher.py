@@ -17,8 +17,8 @@ from loadext.config import PrometheusConfig
 from loadext.core.herd.learned import PodKey
 from loadext.core.ingest import Ingest
 from loadext.core.snapshot import SignalValues
-from loadext.sources.connection import QueryError
 from loadext.sources.prometheus import PrometheusSource, QueryResult
+from loadext.sources.query_error import QueryError
 from loadext.telemetry.herd import HerdMetrics
 from loadext.telemetry.refresh import RefreshMetrics
 

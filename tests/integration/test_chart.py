@@ -208,6 +208,8 @@ def test_every_placement_value_renders_where_it_belongs(tmp_path: Path) -> None:
     assert {"name": "scratch", "mountPath": "/scratch"} in container["volumeMounts"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["prometheus-auth"]["secret"] == {"secretName": "prometheus-credentials"} and "scratch" in volumes
+    account = find(docs, "ServiceAccount", pod["serviceAccountName"])["metadata"]
+    assert account["annotations"] == FITTED["serviceAccount"]["annotations"]  # IRSA, for prometheus.sigv4
     scheduler = pod_spec(docs, "fit-loadext-scheduler")
     assert scheduler["priorityClassName"] == "system-node-critical"
     assert scheduler["nodeSelector"] == {"node-role.kubernetes.io/infra": ""}

@@ -58,6 +58,13 @@ def test_entrypoint_reports_the_version(image: UnpackedImage) -> None:
     assert result.stdout.strip() == f"loadext {VERSION}"
 
 
+def test_the_image_can_sign_for_amazon_managed_prometheus(image: UnpackedImage) -> None:
+    """prometheus.sigv4 needs the aws extra (botocore): the image ships it, importable from its
+    read-only file system."""
+    result = image.run(["/opt/loadext/bin/python", "-c", "import loadext.sources.sigv4, botocore.auth; print('ok')"])
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
 def test_root_filesystem_is_read_only_to_the_image_user(image: UnpackedImage) -> None:
     result = image.run(["/usr/bin/touch", "/opt/loadext/written"])
     assert result.returncode != 0 and "Read-only file system" in result.stderr

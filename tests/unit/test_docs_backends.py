@@ -19,7 +19,16 @@ SECRETS = ("/var/run/secrets/kubernetes.io/serviceaccount/", "/etc/loadext/prome
 
 def test_the_doc_has_a_snippet_per_backend() -> None:
     text = "\n".join(SNIPPETS)
-    for backend in ("thanos-querier", "thanos-query", "mimir", "victoria-metrics", "vmauth", "grafana.net", "urls:"):
+    for backend in (
+        "thanos-querier",
+        "thanos-query",
+        "mimir",
+        "victoria-metrics",
+        "vmauth",
+        "grafana.net",
+        "urls:",
+        "sigv4:",
+    ):
         assert backend in text, f"no snippet for {backend}"
 
 

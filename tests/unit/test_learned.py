@@ -15,8 +15,8 @@ from loadext.config.schema import settle_time
 from loadext.core.herd.learned import UsageHistory, owner_of
 from loadext.core.herd.usage import Usage
 from loadext.core.requests import BoundPod, ExtenderArgs, PodRef
-from loadext.sources.connection import QueryError
 from loadext.sources.prometheus import parse_pod_vector
+from loadext.sources.query_error import QueryError
 
 FACTOR = Usage(1.7, 2**30)
 

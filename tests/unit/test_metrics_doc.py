@@ -11,7 +11,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from loadext.core.policy import NodeState, Verdict
 from loadext.core.snapshot import Sample
-from loadext.sources.connection import ERROR_KINDS
+from loadext.sources.query_error import ERROR_KINDS
 from loadext.telemetry import Telemetry
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"

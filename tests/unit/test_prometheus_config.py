@@ -3,12 +3,13 @@ bad one refused with the field, its line and what to write instead."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 from harness.certs import make_ca, make_cert
-from loadext.config import BasicAuth, ConfigError, parse_config
+from loadext.config import BasicAuth, ConfigError, SigV4, parse_config
 
 SIGNALS = "signals: [{name: cpu, query: up, threshold: 0.8}]\n"
 
@@ -109,7 +110,42 @@ def test_credential_files_are_checked_when_the_config_is(tmp_path: Path, secret:
         f"line 3: prometheus.headerFiles: X-Scope-OrgID: {empty}: is empty"
     ]
     conflict = errors_of(base + f"  bearerTokenFile: {secret}\n  headers: {{Authorization: Basic x}}")
-    assert conflict == ["line 4: prometheus.headers: Authorization is set by bearerTokenFile or basicAuth already"]
+    assert conflict == ["line 4: prometheus.headers: Authorization is set by bearerTokenFile already"]
+    two = errors_of(base + f"  bearerTokenFile: {secret}\n  sigv4: {{region: us-east-1}}")
+    assert two == [
+        "line 4: prometheus.sigv4: give one of bearerTokenFile, basicAuth and sigv4, not bearerTokenFile and sigv4"
+    ]
+
+
+def test_sigv4_takes_a_region_and_an_optional_role() -> None:
+    config = parse_config(
+        "prometheus:\n  url: https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1\n"
+        f"  sigv4: {{region: eu-west-1, roleArn: 'arn:aws:iam::123456789012:role/loadext'}}\n{SIGNALS}"
+    ).prometheus
+    assert config.sigv4 == SigV4("eu-west-1", "arn:aws:iam::123456789012:role/loadext")
+    base = "  url: http://a:1\n"
+    assert errors_of(base + "  sigv4: {roleArn: 'arn:aws:iam::123456789012:role/x'}") == [
+        "line 3: prometheus.sigv4.region: is required with sigv4: the region of the workspace (us-east-1)"
+    ]
+    assert errors_of(base + "  sigv4: {region: europe}") == [
+        "line 3: prometheus.sigv4.region: 'europe' is not an AWS region (such as us-east-1)"
+    ]
+    assert errors_of(base + "  sigv4: {region: us-east-1, roleArn: loadext}") == [
+        "line 3: prometheus.sigv4.roleArn: 'loadext' is not an IAM role ARN (arn:aws:iam::123456789012:role/name)"
+    ]
+    assert errors_of(base + "  sigv4: {region: us-east-1}\n  headers: {X-Amz-Date: now}") == [
+        "line 4: prometheus.headers: X-Amz-Date is set by sigv4 already"
+    ]
+
+
+def test_sigv4_without_the_aws_extra_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *rest: None if name == "botocore" else real(name, *rest)
+    )
+    assert errors_of("  url: http://a:1\n  sigv4: {region: us-east-1}") == [
+        "line 3: prometheus.sigv4: needs the AWS SDK (botocore): pip install 'loadext[aws]' (the image has it)"
+    ]
 
 
 def test_certificates_that_do_not_parse_or_belong_together_are_refused(tmp_path: Path, secret: Path) -> None:
