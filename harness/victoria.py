@@ -14,8 +14,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from harness.kubernetes import Process, wait_until
 from harness.prometheus import free_port
+from harness.served import Served
 
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 VMAUTH = shutil.which("vmauth") or "/usr/bin/vmauth"  # Debian's, 1.79: users by bearer token or password
@@ -37,25 +37,7 @@ def built_vmauth() -> str:
     return built.stdout.strip()
 
 
-class _Server:
-    def __init__(self, workdir: str, name: str, argv: list[str], port: int) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.process = Process(name, argv, Path(workdir))
-        wait_until(self._healthy, name, timeout=30, process=self.process)
-
-    def _healthy(self) -> bool:
-        with urllib.request.urlopen(f"{self.url}/health", timeout=1) as reply:
-            return bool(reply.status == 200)
-
-    def read_log(self) -> str:
-        return self.process.log_tail()
-
-    def stop(self) -> None:
-        self.process.stop()
-
-
-class VictoriaMetrics(_Server):
+class VictoriaMetrics(Served):
     """Single-node VictoriaMetrics scraping `scrape_config` (Prometheus' format) every second."""
 
     def __init__(self, workdir: str, scrape_config: str) -> None:
@@ -99,7 +81,7 @@ class VictoriaMetrics(_Server):
         return float(found.group(1)) if found else 0.0
 
 
-class VmAuth(_Server):
+class VmAuth(Served):
     """vmauth with `auth_config` (its users: bearer_token or username/password, url_prefix; or
     with `binary` from built_vmauth, routes by src_headers)."""
 

@@ -1,9 +1,9 @@
 """loadext against the backends platform teams run, each a real server started here on
 loopback: Prometheus with basic auth, Prometheus requiring a client certificate, an HA pair of
 Prometheus servers with one stopped, VictoriaMetrics single-node, vmauth in front of it with a
-bearer token and with basic auth, and a vmauth that routes on the tenant header (built from its
-Go module). Each test reads its own gauges from the session's
-exporter (harness/inprocess.py live_config)."""
+bearer token and with basic auth, a vmauth that routes on the tenant header, and Thanos Query
+over an HA pair with sidecars, one store down (those two built from their Go modules). Each
+test reads its own gauges from the session's exporter (harness/inprocess.py live_config)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from harness.exporter import Exporter
 from harness.inprocess import Loadext, StartLoadext, live_config, sees, set_load
 from harness.metrics_text import metric_value
 from harness.prometheus import PrometheusServer, scrape_config
+from harness.thanos import Query, Sidecar
 from harness.victoria import VictoriaMetrics, VmAuth, built_vmauth
 from harness.waiting import eventually
 from loadext.commands.tables import format_explain
@@ -255,3 +256,63 @@ async def test_a_gateway_that_routes_on_the_tenant_header(
     finally:
         gateway.stop()
         victoria.stop()
+
+
+@pytest.mark.go_built
+async def test_thanos_query_with_a_store_down_answers_partial_and_loadext_says_so(
+    exporter: Exporter, start_loadext: StartLoadext, case: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Thanos Query deduplicating an HA pair of Prometheus, each behind its sidecar (all built
+    from Thanos' Go module). One sidecar stopped: Thanos answers from the other, with a warning
+    that a store is missing. loadext uses the data and marks the signal partial (explain, the
+    metric, one log line); with partialResponse: fail, reloaded live, it refuses the reply."""
+    set_load(exporter, case, LOAD["cpu"], LOAD["memory"])
+    sidecars: list[Sidecar] = []
+    servers: list[Any] = []
+    try:
+        for replica in ("a", "b"):
+            directory = tmp_path / replica
+            directory.mkdir()
+            labelled = scrape_config(exporter.target).replace(
+                "global: {", f"global: {{external_labels: {{replica: {replica}}}, ", 1
+            )
+            prom = await asyncio.to_thread(PrometheusServer, str(directory), labelled, str(directory / "data"))
+            servers.append(prom)
+            sidecar = await asyncio.to_thread(
+                Sidecar, str(directory), f"sidecar-{replica}", prom, str(directory / "data")
+            )
+            sidecars.append(sidecar)
+            servers.append(sidecar)
+        query = await asyncio.to_thread(Query, str(tmp_path), [s.grpc for s in sidecars])
+        servers.append(query)
+
+        async def both_stores_up() -> bool:
+            return await asyncio.to_thread(query.healthy_stores) == 2
+
+        await eventually(both_stores_up, within=30)
+        caplog.set_level(logging.WARNING, logger="loadext")
+        config = config_for(query.url, case, queryParams={"dedup": "true", "partial_response": "true"})
+        loadext = await start_loadext(config)
+        await sees(loadext, SEEN)  # deduplicated: one series per node, not one per replica
+        assert metric_value(await loadext.metrics(), "loadext_signal_partial", signal="cpu") == 0
+        await asyncio.to_thread(sidecars[1].stop)
+
+        async def partial() -> str:
+            cpu = next(s for s in (await loadext.explain())["signals"] if s["name"] == "cpu")
+            assert cpu["partial"] and cpu["failingFor"] is None, cpu
+            warning: str = cpu["partial"]
+            return warning
+
+        warning = await eventually(partial)
+        assert sidecars[1].grpc in warning, warning  # Thanos names the store that did not answer
+        await sees(loadext, SEEN)  # the surviving replica's data, used
+        assert metric_value(await loadext.metrics(), "loadext_signal_partial", signal="cpu") == 1
+        assert "cpu: partial data (" in format_explain(await loadext.explain())
+        assert caplog.text.count("prometheus answered signal cpu with partial data") == 1
+        config["prometheus"]["partialResponse"] = "fail"
+        await asyncio.to_thread(loadext.config_path.write_text, as_yaml(config))
+        error = await signal_error(loadext)
+        assert error["kind"] == "partial" and error["message"].startswith(f"{query.url} answered with partial data")
+    finally:
+        for server in reversed(servers):
+            await asyncio.to_thread(server.stop)
