@@ -119,6 +119,19 @@ async def start_loadext(
     return Loadext(client, app, path)
 
 
+async def signal_error(loadext: Loadext, signal: str = "cpu") -> dict[str, Any]:
+    """The signal's last error, once it has one (from /explain)."""
+
+    async def failing() -> dict[str, Any]:
+        found = next(s for s in (await loadext.explain())["signals"] if s["name"] == signal)
+        assert found["failingFor"] is not None, found
+        error: dict[str, Any] = found["lastError"]
+        return error
+
+    result: dict[str, Any] = await eventually(failing)
+    return result
+
+
 async def sees(loadext: Loadext, expected: dict[str, dict[str, float]]) -> None:
     """Wait until loadext's snapshot holds exactly these values for these nodes."""
 

@@ -21,7 +21,7 @@ import pytest
 from harness.certs import make_ca, make_cert
 from harness.config import as_yaml
 from harness.exporter import Exporter
-from harness.inprocess import Loadext, StartLoadext, live_config, sees, set_load
+from harness.inprocess import Loadext, StartLoadext, live_config, sees, set_load, signal_error
 from harness.metrics_text import metric_value
 from harness.prometheus import PrometheusServer, scrape_config
 from harness.thanos import Query, Sidecar
@@ -52,19 +52,6 @@ async def start(start_loadext: StartLoadext, config: dict[str, Any], path: Path)
     """A second loadext in one test: its own config file (the default one is the first's)."""
     await asyncio.to_thread(path.write_text, as_yaml(config))
     return await start_loadext(config, path=path)
-
-
-async def signal_error(loadext: Loadext) -> dict[str, Any]:
-    """The cpu signal's last error, once it has one (from /explain)."""
-
-    async def failing() -> dict[str, Any]:
-        cpu = next(s for s in (await loadext.explain())["signals"] if s["name"] == "cpu")
-        assert cpu["failingFor"] is not None, cpu
-        error: dict[str, Any] = cpu["lastError"]
-        return error
-
-    result: dict[str, Any] = await eventually(failing)
-    return result
 
 
 @pytest.fixture

@@ -14,10 +14,9 @@ import pytest
 
 from harness.aws import AwsStandIn, Key
 from harness.exporter import Exporter
-from harness.inprocess import StartLoadext, live_config, sees, set_load
+from harness.inprocess import StartLoadext, live_config, sees, set_load, signal_error
 from harness.metrics_text import metric_value
 from harness.prometheus import PrometheusServer
-from harness.waiting import eventually
 
 REGION = "eu-west-1"
 ACCESS_KEY, SECRET = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -49,17 +48,6 @@ def workspace_config(aws: AwsStandIn, case: str, **sigv4: Any) -> dict[str, Any]
     return config
 
 
-async def cpu_error(loadext: Any) -> dict[str, Any]:
-    async def failing() -> dict[str, Any]:
-        cpu = next(s for s in (await loadext.explain())["signals"] if s["name"] == "cpu")
-        assert cpu["failingFor"] is not None, cpu
-        error: dict[str, Any] = cpu["lastError"]
-        return error
-
-    found: dict[str, Any] = await eventually(failing)
-    return found
-
-
 async def test_every_query_is_signed_as_aws_checks_it(
     aws: AwsStandIn, exporter: Exporter, start_loadext: StartLoadext, case: str
 ) -> None:
@@ -78,7 +66,7 @@ async def test_a_wrong_secret_is_a_403_that_names_the_key_and_never_the_secret(
     set_load(exporter, case, LOAD["cpu"], LOAD["memory"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-at-all-0123456789")
     loadext = await start_loadext(workspace_config(aws, case))
-    error = await cpu_error(loadext)
+    error = await signal_error(loadext)
     assert error["kind"] == "auth"
     assert error["message"].startswith(
         f"403 forbidden at {aws.url}/workspaces/ws-loadext (sigv4 as {ACCESS_KEY} in "
@@ -108,7 +96,7 @@ async def test_a_role_sts_refuses_says_so(
     set_load(exporter, case, LOAD["cpu"], LOAD["memory"])
     other = "arn:aws:iam::123456789012:role/someone-else"
     refused = await start_loadext(workspace_config(aws, case, roleArn=other))
-    error = await cpu_error(refused)
+    error = await signal_error(refused)
     assert error["kind"] == "auth"
     assert error["message"].startswith(f"prometheus.sigv4: STS refused to assume {other}: AccessDenied: "), error
     assert metric_value(await refused.metrics(), "loadext_prometheus_query_errors_total", error="auth") >= 1
@@ -121,6 +109,6 @@ async def test_no_credentials_anywhere_is_a_credentials_error(
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     anonymous = await start_loadext(workspace_config(aws, case))
-    error = await cpu_error(anonymous)
+    error = await signal_error(anonymous)
     assert error["kind"] == "credentials"
     assert error["message"].startswith("prometheus.sigv4: no AWS credentials found"), error
