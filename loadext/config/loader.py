@@ -32,6 +32,7 @@ from loadext.config.schema import (
     FILTER_MODES,
     IDENTITY_KINDS,
     MISSING_DATA_POLICIES,
+    REBALANCE_MODES,
     REJECTION_KINDS,
     SIGNAL_NAME,
     Config,
@@ -40,6 +41,7 @@ from loadext.config.schema import (
     HerdGuard,
     NodeIdentity,
     Pool,
+    Rebalance,
     Scoring,
     Signal,
     default_of,
@@ -151,6 +153,7 @@ def _build(doc: Section) -> Config:
         pools=_pools(doc, signals),
         herd_guard=_herd_guard(doc, signals, refresh),
         filter_mode=doc.setting(Config, "filter_mode", choice(*FILTER_MODES)),
+        rebalance=_rebalance(doc.section("rebalance")),
     )
     doc.finish()
     return config
@@ -187,6 +190,58 @@ def _count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"must be a whole number >= 0, got {value!r}")
     return value
+
+
+def _positive_count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ValueError("must be a list of names")
+    return tuple(value)
+
+
+def _rebalance(section: Section) -> Rebalance:
+    taints = section.section("taints")
+    rebalance = Rebalance(
+        enabled=section.setting(Rebalance, "enabled", boolean),
+        mode=section.setting(Rebalance, "mode", choice(*REBALANCE_MODES)),
+        hot_for=section.setting(Rebalance, "hot_for", _positive_count),
+        cool_for=section.setting(Rebalance, "cool_for", _positive_count),
+        cycle=section.setting(Rebalance, "cycle", positive_duration),
+        max_per_node_per_cycle=section.setting(Rebalance, "max_per_node_per_cycle", _count),
+        max_per_cycle=section.setting(Rebalance, "max_per_cycle", _count),
+        max_unavailable_per_workload=section.setting(Rebalance, "max_unavailable_per_workload", _positive_count),
+        min_pod_age=section.setting(Rebalance, "min_pod_age", positive_duration),
+        excluded_namespaces=section.setting(Rebalance, "excluded_namespaces", _names),
+        evict_local_storage=section.setting(Rebalance, "evict_local_storage", boolean),
+        taint_hot=taints.setting(Rebalance, "taint_hot", boolean),
+        taint_refused=taints.setting(Rebalance, "taint_refused", boolean),
+    )
+    taints.finish()
+    section.finish()
+    return rebalance
+
+
+def _evict_at(section: Section, threshold: float | None, inherited: float | None) -> float | None:
+    """A signal's evictAt: above its threshold (the gap is the hysteresis), and only with one.
+    Not written here, it is `inherited` (a pool's signal: the base signal's) while that is still
+    above this threshold, else the default (None: threshold + EVICT_MARGIN)."""
+    if "evictAt" not in section.data:
+        return inherited if threshold is not None and inherited is not None and inherited > threshold else None
+    evict_at = section.get("evictAt", ratio, inherited)
+    if threshold is None:
+        section.error("evictAt", "needs a threshold: a node is hot only above the level the filter refuses at")
+    elif evict_at is not None and evict_at <= threshold:
+        section.error(
+            "evictAt",
+            f"must be above the threshold ({threshold:g}): between the two a node is refused but not yet "
+            "moved from, which keeps the rebalancer from flapping",
+        )
+    return evict_at
 
 
 def _herd_guard(doc: Section, signals: tuple[Signal, ...], refresh: float) -> HerdGuard:
@@ -263,12 +318,14 @@ def _pools(doc: Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:
             threshold = base.threshold
             if "threshold" in section.data and section.data["threshold"] is None:
                 threshold = None
+            threshold = section.get("threshold", ratio, threshold)
             overrides[signal_name] = Signal(
                 name=signal_name,
                 hard=base.hard,
                 query=base.query,
-                threshold=section.get("threshold", ratio, threshold),
+                threshold=threshold,
                 weight=section.get("weight", weight, base.weight),
+                evict_at=_evict_at(section, threshold, base.evict_at),
             )
             section.finish()
         entry.finish()
@@ -284,6 +341,7 @@ def _default_spec(name: str, query: str | None) -> dict[str, Any]:
         "threshold": DEFAULT_THRESHOLDS.get(name),
         "weight": default_of(Signal, "weight"),
         "hard": default_of(Signal, "hard"),
+        "evict_at": default_of(Signal, "evict_at"),
     }
 
 
@@ -321,6 +379,7 @@ def _signals(doc: Section, preset_queries: dict[str, str], optional: dict[str, s
             "weight": entry.get("weight", weight, base["weight"]),
             "hard": entry.get("hard", boolean, base["hard"]),
         }
+        merged[name]["evict_at"] = _evict_at(entry, merged[name]["threshold"], base["evict_at"])
         if merged[name]["query"] is None:
             entry.error("query", "is required (no preset provides a query for this signal)")
         if merged[name]["threshold"] is None and merged[name]["weight"] == 0:
@@ -330,7 +389,12 @@ def _signals(doc: Section, preset_queries: dict[str, str], optional: dict[str, s
         doc.error("signals", "no signals: give a preset or at least one signal")
     return tuple(
         Signal(
-            name=name, query=spec["query"] or "", threshold=spec["threshold"], weight=spec["weight"], hard=spec["hard"]
+            name=name,
+            query=spec["query"] or "",
+            threshold=spec["threshold"],
+            weight=spec["weight"],
+            hard=spec["hard"],
+            evict_at=spec["evict_at"],
         )
         for name, spec in merged.items()
     )

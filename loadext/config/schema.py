@@ -28,6 +28,8 @@ REJECTION_KINDS = ("unresolvable", "unschedulable")
 IDENTITY_KINDS = ("name", "address")
 FILTER_MODES = ("hard", "soft")
 PARTIAL_RESPONSES = ("use", "fail")
+REBALANCE_MODES = ("dryRun", "evict")
+EVICT_MARGIN = 0.05  # evictAt's default: this far above the filter threshold
 SIGNAL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
@@ -40,6 +42,7 @@ NONNEGATIVE = {"type": "number", "minimum": 0}
 QUANTITY = {"type": ["string", "number"]}
 TEXT_MAP = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
 URLS = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
+NAMES = {"type": "array", "items": {"type": "string", "minLength": 1}}
 
 
 def choice(*values: str) -> dict[str, Any]:
@@ -122,6 +125,17 @@ class Signal:
     threshold: float | None = setting("threshold", shape=OPTIONAL_RATIO)
     weight: float = setting("weight", 1.0, NONNEGATIVE)
     hard: bool = setting("hard", False)  # with filterMode soft: still refuse on this signal, even if every node is over
+    # the rebalancer's level (above the threshold: the gap is the hysteresis); None: threshold + EVICT_MARGIN
+    evict_at: float | None = setting("evictAt", None, OPTIONAL_RATIO)
+
+    @property
+    def evict_level(self) -> float | None:
+        """The value at or above which a node counts towards hot; None: no threshold, never hot."""
+        if self.threshold is None:
+            return None
+        if self.evict_at is not None:
+            return self.evict_at
+        return round(self.threshold + EVICT_MARGIN, 9)  # 0.8 + 0.05 is 0.8500000000000001: 85% would not count
 
 
 @dataclass(frozen=True)
@@ -208,6 +222,26 @@ def derive_window(queries: Iterable[str], refresh_interval: float) -> float:
 
 
 @dataclass(frozen=True)
+class Rebalance:
+    """Moving pods off nodes that run hot after placement (core/rebalance/, docs/rebalancing.md),
+    on the signals and thresholds the filter uses."""
+
+    enabled: bool = setting("enabled", False)
+    mode: str = setting("mode", "dryRun", choice(*REBALANCE_MODES))  # dryRun: plan, count and tell; evict: act
+    hot_for: int = setting("hotFor", 5)  # consecutive refreshes at or above evictAt to be hot
+    cool_for: int = setting("coolFor", 3)  # consecutive refreshes within the threshold to be cool again
+    cycle: float = setting("cycle", 60.0, DURATION)
+    max_per_node_per_cycle: int = setting("maxPerNodePerCycle", 1)
+    max_per_cycle: int = setting("maxPerCycle", 5)
+    max_unavailable_per_workload: int = setting("maxUnavailablePerWorkload", 1)
+    min_pod_age: float = setting("minPodAge", 300.0, DURATION)  # younger pods stay: their usage is not known yet
+    excluded_namespaces: tuple[str, ...] = setting("excludedNamespaces", ("kube-system",), NAMES)
+    evict_local_storage: bool = setting("evictLocalStorage", False)  # pods with emptyDir or hostPath volumes
+    taint_hot: bool = setting("taints.hot", False)  # loadext.io/hot:PreferNoSchedule while a node is hot
+    taint_refused: bool = setting("taints.refused", False)  # loadext.io/refused:NoSchedule while loadext refuses it
+
+
+@dataclass(frozen=True)
 class Pool:
     """Signal overrides for the nodes whose labels match `node_selector` (all pairs must match)."""
 
@@ -237,6 +271,7 @@ class Config:
     herd_guard: HerdGuard = setting("herdGuard", default_factory=HerdGuard)
     # soft: when every candidate is over a threshold, pass the least hot
     filter_mode: str = setting("filterMode", "hard", choice(*FILTER_MODES))
+    rebalance: Rebalance = setting("rebalance", default_factory=Rebalance)
 
     def query_for(self, signal: Signal) -> str:
         """The PromQL actually sent: the signal's, in the shape its scoring strategy reads
@@ -267,6 +302,7 @@ SECTIONS: dict[str, type] = {
     "scoring": Scoring,
     "herdGuard": HerdGuard,
     "pools[]": Pool,
+    "rebalance": Rebalance,
 }
 
 

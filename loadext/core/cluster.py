@@ -13,17 +13,19 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
-from loadext.config import Config
+from loadext.config import Config, Signal
 from loadext.core.herd.guard import NO_GUARD, ActiveGuard, Guard, View
 from loadext.core.herd.learned import EstimateError, PodKey
 from loadext.core.herd.ledger import PodLedger
 from loadext.core.herd.stranded import StrandedPods
-from loadext.core.herd.usage import allocatable
+from loadext.core.herd.usage import Usage, allocatable
 from loadext.core.identity import Addresses, Identities, identities_for
 from loadext.core.ingest import EndpointState, MappingReport, Round
 from loadext.core.mapping import SeriesMapping
 from loadext.core.nodes import NodeDirectory
 from loadext.core.policy import DecisionTable, Verdict, build_table
+from loadext.core.rebalance.heat import Heat, build_heat
+from loadext.core.rebalance.streaks import HotStreaks
 from loadext.core.requests import BoundPod, ExtenderArgs, NodeInfo
 from loadext.core.signal_health import SignalHealth
 from loadext.core.snapshot import SignalValues, Snapshot, SnapshotCache
@@ -41,6 +43,7 @@ class Cluster:
         self.herd = ActiveGuard(config, self.ledger)
         self.guard: Guard = self.herd if config.herd_guard.enabled else NO_GUARD
         self.stranded = StrandedPods()
+        self.streaks = HotStreaks()  # which nodes run hot, for the rebalancer
         self.mapping = SeriesMapping()
         self.endpoints: list[EndpointState] = []  # the Prometheus endpoints' last outcomes
         self.refreshed_once = False
@@ -74,6 +77,7 @@ class Cluster:
         self.cache.forget_signals_except({s.name for s in config.signals})
         self.signal_health.forget_except({s.name for s in config.signals})
         self.cache.rebuild()
+        self.streaks.forget()  # thresholds, evictAt or hotFor may have changed: count afresh
         self._table = None
 
     # --- the decision table -------------------------------------------------------------------
@@ -119,6 +123,12 @@ class Cluster:
             self._table = round.table
         self.ledger.inflight.expire(self.clock())
         self.refreshed_once = True
+        rebalance = self._config.rebalance
+        if rebalance.enabled:
+            self.streaks.observe(
+                self.cache.snapshot, self._signals_of(), self._config.max_data_age, self.clock(),
+                rebalance.hot_for, rebalance.cool_for,
+            )  # fmt: skip
         failing = {s.name for s in self._config.signals if self.signal_health.failing(s.name) is not None}
         return self.mapping.recount(self.cache.snapshot, self.directory, self.identities, self._config, failing)
 
@@ -220,6 +230,32 @@ class Cluster:
 
     def stranded_nudged(self) -> int:
         return self.stranded.nudged(self.clock())
+
+    # --- the rebalancer (core/rebalance/port.py) ---------------------------------------------
+
+    def _signals_of(self) -> Callable[[str], tuple[Signal, ...]]:
+        """identity -> the signals it is judged by (its pool's, else the config's)."""
+        config = self._config
+        pools = self.identities.pools(self.directory, config)
+        return lambda identity: pools[identity].signals if identity in pools else config.signals
+
+    def heat(self) -> Heat:
+        config, directory = self._config, self.directory
+        return build_heat(
+            self.streaks, self.cache.snapshot, self.table(), self._signals_of(),
+            partial(self.identities.node_for, directory=directory), directory.allocatable,
+            config.max_data_age, self.clock(),
+        )  # fmt: skip
+
+    def passing_with(self, usage: Usage, excluding: str) -> list[str]:
+        table = self.table()
+        names = [name for name in sorted(self.directory.names()) if name != excluding]
+        identities = self.identities_of(names, {}, table)
+        verdicts = self.herd.corrected(partial(self.view, table), names, identities, usage, None)
+        if verdicts is None:
+            verdicts = self.measured(identities, table)
+        passing = [(verdict.score, name) for name, verdict in zip(names, verdicts, strict=True) if verdict.passed]
+        return [name for _, name in sorted(passing, key=lambda pair: (-pair[0], pair[1]))]
 
     def stranded_count(self) -> int:
         """Pods whose last filter passed no node (loadext_stranded_pods)."""

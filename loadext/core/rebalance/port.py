@@ -1,0 +1,23 @@
+"""What the rebalancer (sources/rebalancer.py) reads of loadext's state, and nothing more: the
+nodes' heat as of the last refresh, and which nodes would take a pod. The Cluster implements it."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from loadext.config import Config
+from loadext.core.herd.usage import Usage
+from loadext.core.rebalance.heat import Heat
+
+
+class RebalanceState(Protocol):
+    @property
+    def config(self) -> Config: ...
+
+    def clock(self) -> float: ...
+
+    def heat(self) -> Heat: ...
+
+    def passing_with(self, usage: Usage, excluding: str) -> list[str]:
+        """The nodes that pass loadext's filter with `usage` added to what they carry and have
+        in flight, best score first; never `excluding`."""

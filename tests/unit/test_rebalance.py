@@ -1,0 +1,277 @@
+"""The rebalancer's decisions (core/rebalance/): its config, streaks with hysteresis, which pods
+may move, the fewest that bring a node back, and the limits of a cycle."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadext.config import ConfigError, parse_config
+from loadext.config.schema import Rebalance, Signal
+from loadext.core.herd.usage import Usage
+from loadext.core.rebalance.plan import HotNode, Pacing, plan
+from loadext.core.rebalance.selection import SYSTEM_CLUSTER_CRITICAL, Candidate, PodFacts, choose, exclusion
+from loadext.core.rebalance.streaks import HotStreaks, SignalHeat
+from loadext.core.snapshot import Sample, Snapshot
+
+BASE = "prometheus: {url: http://p:9090}\n"
+CPU = Signal("cpu", "q", threshold=0.8)  # evictAt: 0.85 by default
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(BASE + text)
+    return [str(e) for e in info.value.errors]
+
+
+# --- config ----------------------------------------------------------------------------------
+
+
+def test_rebalance_defaults_and_every_setting() -> None:
+    assert parse_config(BASE + "signals: [{name: cpu, query: q, threshold: 0.8}]").rebalance == Rebalance()
+    config = parse_config(
+        BASE
+        + "signals: [{name: cpu, query: q, threshold: 0.8, evictAt: 0.9}]\n"
+        + "rebalance: {enabled: true, mode: evict, hotFor: 3, coolFor: 2, cycle: 30s, maxPerNodePerCycle: 2,"
+        + " maxPerCycle: 10, maxUnavailablePerWorkload: 2, minPodAge: 1m, excludedNamespaces: [kube-system, infra],"
+        + " evictLocalStorage: true, taints: {hot: true, refused: true}}"
+    )
+    assert config.rebalance == Rebalance(
+        True, "evict", 3, 2, 30.0, 2, 10, 2, 60.0, ("kube-system", "infra"), True, True, True
+    )
+    assert config.signals[0].evict_level == 0.9
+    default = parse_config(BASE + "signals: [{name: cpu, query: q, threshold: 0.8}]").signals[0]
+    assert default.evict_level == pytest.approx(0.85)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "signals: [{name: cpu, query: q, threshold: 0.8, evictAt: 0.8}]",
+            "line 2: signals[cpu].evictAt: must be above the threshold (0.8)",
+        ),
+        (
+            "signals: [{name: cpu, query: q, threshold: null, evictAt: 0.9}]",
+            "line 2: signals[cpu].evictAt: needs a threshold",
+        ),
+        (
+            "signals: [{name: cpu, query: q}]\nrebalance: {mode: always}",
+            "line 3: rebalance.mode: must be one of dryRun, evict",
+        ),
+        (
+            "signals: [{name: cpu, query: q}]\nrebalance: {maxPerCycle: -1}",
+            "line 3: rebalance.maxPerCycle: must be a whole number >= 0",
+        ),
+        (
+            "signals: [{name: cpu, query: q}]\nrebalance: {hotFor: 0}",
+            "line 3: rebalance.hotFor: must be a whole number >= 1",
+        ),
+        (
+            "signals: [{name: cpu, query: q}]\nrebalance: {taints: {cold: true}}",
+            "line 3: rebalance.taints.cold: unknown key",
+        ),
+        (
+            "signals: [{name: cpu, query: q, threshold: 0.8}]\npools: [{name: b, nodeSelector: {p: b},"
+            " signals: [{name: cpu, threshold: 0.9, evictAt: 0.85}]}]",
+            "line 3: pools[b].signals[cpu].evictAt: must be above the threshold (0.9)",
+        ),
+    ],
+)
+def test_bad_rebalance_settings_name_the_field(text: str, expected: str) -> None:
+    errors = errors_of(text)
+    assert any(error.startswith(expected) for error in errors), errors
+
+
+def test_a_pools_evict_at_follows_its_threshold() -> None:
+    config = parse_config(
+        BASE + "signals: [{name: cpu, query: q, threshold: 0.8, evictAt: 0.86}]\n"
+        "pools: [{name: b, nodeSelector: {p: b}, signals: [{name: cpu, threshold: 0.9}]}]"
+    )
+    assert config.pools[0].signals[0].evict_level == pytest.approx(0.95)  # 0.86 is below 0.9: the default
+
+
+# --- streaks ---------------------------------------------------------------------------------
+
+
+def run_rounds(values: list[float | None], hot_for: int = 3, cool_for: int = 2) -> list[bool]:
+    """Each round one fresh sample (None: no sample); whether n1's cpu is hot after each."""
+    streaks, hot = HotStreaks(), []
+    for round_index, value in enumerate(values):
+        now = 1000.0 + 15 * round_index
+        samples = {} if value is None else {"cpu": Sample(value, now)}
+        snapshot = Snapshot({"n1": samples, "n2": {"cpu": Sample(0.1, now)}}, {"cpu": now}, round_index + 1)
+        streaks.observe(snapshot, lambda _: (CPU,), 60.0, now, hot_for, cool_for)
+        hot.append("n1" in streaks.hot_identities())
+    return hot
+
+
+def test_hot_after_hot_for_rounds_at_or_above_evict_at_and_cool_after_cool_for_within_the_threshold() -> None:
+    assert run_rounds([0.85, 0.9, 0.86]) == [False, False, True]
+    assert run_rounds([0.9, 0.84, 0.9, 0.9]) == [False, False, False, False]  # 0.84 < evictAt resets
+    # hot, then between threshold and evictAt stays hot; two rounds within 0.8 cool it
+    assert run_rounds([0.9, 0.9, 0.9, 0.82, 0.79, 0.81, 0.7, 0.75]) == [
+        False,
+        False,
+        True,
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
+
+
+def test_missing_or_stale_data_never_heats_a_node() -> None:
+    assert run_rounds([0.9, None, 0.9, 0.9]) == [False, False, False, False]
+    streaks, now = HotStreaks(), 1000.0
+    old = Snapshot({"n1": {"cpu": Sample(0.95, now - 120)}}, {"cpu": now}, 1)
+    for index in range(5):  # the same old sample every round: stale, never counted
+        streaks.observe(old, lambda _: (CPU,), 60.0, now + index, 1, 1)
+    assert streaks.hot_identities() == set()
+
+
+def test_the_same_sample_counts_once() -> None:
+    streaks, now = HotStreaks(), 1000.0
+    snapshot = Snapshot({"n1": {"cpu": Sample(0.95, now)}}, {"cpu": now}, 1)
+    for index in range(4):  # a refresh that failed leaves the last sample: not a new refresh
+        streaks.observe(snapshot, lambda _: (CPU,), 60.0, now + index, 2, 1)
+    assert streaks.hot_identities() == set()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.floats(0, 1)), max_size=30))
+def test_hot_exactly_when_the_last_hot_for_rounds_say_so(values: list[float | None]) -> None:
+    """A reference model of the hysteresis, round by round."""
+    hot, above, within, expected = False, 0, 0, []
+    for value in values:
+        if not hot:
+            above = above + 1 if value is not None and value >= 0.85 else 0
+            hot, above = (True, 0) if above >= 3 else (False, above)
+        else:
+            within = within + 1 if value is not None and value <= 0.8 else 0
+            hot, within = (False, 0) if within >= 2 else (True, within)
+        expected.append(hot)
+    assert run_rounds(values) == expected
+
+
+# --- which pods may move -----------------------------------------------------------------------
+
+NOW = 10_000.0
+POLICY = Rebalance(enabled=True)
+
+
+def pod(name: str = "web-1", **changes: object) -> PodFacts:
+    base = PodFacts(
+        namespace="shop", name=name, uid=f"uid-{name}", controller_kind="ReplicaSet", workload="shop/Deployment/web",
+        priority=0, evict_annotation=None, mirror=False, local_storage=False, created=NOW - 3600, phase="Running",
+        deleting=False, requests=Usage(0.5, 2**28),
+    )  # fmt: skip
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"deleting": True}, "already being deleted"),
+        ({"phase": "Pending"}, "not running (Pending)"),
+        ({"mirror": True}, "a static pod"),
+        ({"controller_kind": "DaemonSet"}, "a DaemonSet's pod"),
+        ({"controller_kind": ""}, "a bare pod: no controller would recreate it"),
+        ({"evict_annotation": "false"}, 'annotated loadext.io/evict: "false"'),
+        ({"namespace": "kube-system"}, "namespace kube-system is excluded"),
+        ({"priority": SYSTEM_CLUSTER_CRITICAL}, "priority 2000000000 is system-critical"),
+        ({"local_storage": True}, "uses local storage (emptyDir or hostPath)"),
+        ({"created": NOW - 60}, "younger than minPodAge (60s)"),
+    ],
+)
+def test_every_exclusion_says_why(changes: dict[str, object], reason: str) -> None:
+    assert exclusion(pod(), POLICY, NOW) is None
+    assert exclusion(pod(**changes), POLICY, NOW) == reason
+
+
+def test_local_storage_moves_when_allowed() -> None:
+    assert exclusion(pod(local_storage=True), replace(POLICY, evict_local_storage=True), NOW) is None
+
+
+def candidate(name: str, cpu: float, priority: int = 0, memory: float = 0.0, workload: str = "") -> Candidate:
+    facts = pod(name, priority=priority, workload=workload or f"shop/Deployment/{name}")
+    return Candidate(facts, Usage(cpu, memory), {"cpu": cpu, "memory": memory})
+
+
+def test_the_fewest_pods_that_bring_the_node_within_its_threshold() -> None:
+    pods = [candidate("a", 0.05), candidate("b", 0.06), candidate("c", 0.12), candidate("d", 0.2)]
+    assert [c.pod.name for c in choose(pods, {"cpu": 0.1}).pods] == ["c"]  # one is enough: the closest cover
+    assert [c.pod.name for c in choose(pods, {"cpu": 0.3}).pods] == ["d", "c"]  # the larger cover moves first
+    low = [candidate("big", 0.2, priority=100), candidate("small", 0.15, priority=0)]
+    assert [c.pod.name for c in choose(low, {"cpu": 0.1}).pods] == ["small"]  # the lowest priority first
+    both = choose([candidate("cpu-heavy", 0.3), candidate("mem-heavy", 0.01, memory=0.3)], {"cpu": 0.1, "memory": 0.1})
+    assert both.enough and {c.pod.name for c in both.pods} == {"cpu-heavy", "mem-heavy"}
+    short = choose([candidate("a", 0.01), candidate("b", 0.02)], {"cpu": 0.5})
+    assert not short.enough and [c.pod.name for c in short.pods] == ["b", "a"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=8), st.integers(1, 100))
+def test_no_smaller_set_covers(usages: list[int], need: int) -> None:
+    pods = [candidate(f"p{i}", u / 100) for i, u in enumerate(usages)]
+    chosen = choose(pods, {"cpu": need / 100})
+    covers = [
+        size for size in range(1, len(pods) + 1) for group in itertools.combinations(usages, size) if sum(group) >= need
+    ]
+    assert chosen.enough == bool(covers)
+    if covers:
+        assert len(chosen.pods) == min(covers)
+        assert sum(c.shares["cpu"] for c in chosen.pods) >= need / 100 - 1e-9
+
+
+# --- one cycle -------------------------------------------------------------------------------
+
+
+def hot_node(name: str, cpu: float, pods: list[Candidate]) -> HotNode:
+    heat = SignalHeat("cpu", cpu, 0.8, 0.85, True, 0, NOW - 300)
+    return HotNode(name, (heat,), {"cpu": cpu - 0.8}, tuple(pods))
+
+
+def test_a_cycle_moves_within_its_limits_and_only_where_a_target_fits() -> None:
+    nodes = [
+        hot_node("n1", 0.93, [candidate("a", 0.2), candidate("b", 0.15)]),
+        hot_node("n2", 0.9, [candidate("c", 0.2)]),
+        hot_node("n3", 0.88, [candidate("d", 0.1)]),
+    ]
+    pods_by_workload = {"a": "w/a", "b": "w/b", "c": "w/c", "d": "w/d"}
+    for node in nodes:
+        object.__setattr__(
+            node,
+            "candidates",
+            tuple(replace(c, pod=replace(c.pod, workload=pods_by_workload[c.pod.name])) for c in node.candidates),
+        )
+    policy = replace(POLICY, max_per_cycle=2)
+    steps = plan(nodes, policy, Pacing(), 300.0, NOW, lambda c, source: None if c.pod.name == "c" else "cool-1")
+    assert [(s.node, s.pod, s.result, s.target) for s in steps] == [
+        ("n1", "shop/b", "planned", "cool-1"),  # 0.15 covers 0.13 best; one per node per cycle
+        ("n2", "shop/c", "no_target", ""),
+        ("n3", "shop/d", "planned", "cool-1"),
+    ]
+    assert steps[0].reason == "node cpu 93% >= 85% for 5m"
+    capped = plan(nodes, replace(policy, max_per_cycle=1), Pacing(), 300.0, NOW, lambda c, s: "cool-1")
+    assert [(s.node, s.result) for s in capped] == [("n1", "planned"), ("n2", "rate_limited"), ("n3", "rate_limited")]
+
+
+def test_a_node_waits_out_the_herd_window_and_a_workload_moves_one_pod_at_a_time() -> None:
+    pacing = Pacing()
+    pacing.evicted("n1", "shop/Deployment/web", NOW - 100, 300.0)  # 100 s ago, a 300 s window
+    web = "shop/Deployment/web"
+    nodes = [
+        hot_node("n1", 0.95, [candidate("a", 0.2, workload=web)]),
+        hot_node("n2", 0.95, [candidate("b", 0.2, workload=web)]),
+    ]
+    steps = plan(nodes, POLICY, pacing, 300.0, NOW, lambda c, s: "cool-1")
+    assert steps[0].result == "rate_limited" and "waiting 200s more" in steps[0].skipped
+    assert steps[1].result == "rate_limited" and "shop/Deployment/web has 1 pod(s) moving" in steps[1].skipped
+    later = plan(nodes, POLICY, pacing, 300.0, NOW + 250, lambda c, s: "cool-1")
+    assert [s.result for s in later] == ["planned", "rate_limited"]  # the same workload: one at a time
