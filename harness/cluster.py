@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -335,3 +337,44 @@ def slug(request: pytest.FixtureRequest) -> str:
 def pod_watch_healthy(metrics: str) -> bool:
     """loadext's pod watch has listed: its health series is 1 (absent while the guard is off)."""
     return metric_if_present(metrics, "loadext_kube_watch_healthy", resource="pods") == 1
+
+
+class FakeKubelet:
+    """Plays the kubelets of `nodes` for the pods bound there (no kubelet runs in the e2e
+    cluster): marks each Running and Ready, as a kubelet would once its containers started, and
+    calls `started` with it (a test sets the pod's usage). What evictions and the disruption
+    controller need: only running, ready pods count towards a PodDisruptionBudget."""
+
+    def __init__(self, core: Any, nodes: set[str], started: Callable[[Any], None]) -> None:
+        self.core, self.nodes, self.started = core, nodes, started
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fake-kubelet")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                pods = self.core.list_namespaced_pod(E2E_NAMESPACE).items
+            except Exception:  # the API server may be restarting in another test: try again
+                continue
+            for pod in pods:
+                placed = pod.spec.node_name in self.nodes and not pod.metadata.deletion_timestamp
+                if placed and pod.status.phase != "Running":
+                    self._start(pod)
+
+    def _start(self, pod: Any) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = [
+            {"type": kind, "status": "True", "lastTransitionTime": now}
+            for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ]
+        status = {"status": {"phase": "Running", "startTime": now, "conditions": conditions}}
+        try:
+            self.core.patch_namespaced_pod_status(pod.metadata.name, E2E_NAMESPACE, status)
+        except Exception:  # deleted meanwhile: nothing to start
+            return
+        self.started(pod)

@@ -272,6 +272,33 @@ class ControlPlane:
         self.scheduler_ports[name] = port
         return process
 
+    def start_controller_manager(self, *controllers: str) -> Process:
+        """kube-controller-manager running only `controllers` (replicaset, disruption, ...):
+        what recreates evicted pods and computes PodDisruptionBudget status."""
+        port = free_port()
+        process = self.spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin / "kube-controller-manager"),
+                f"--kubeconfig={self.admin_kubeconfig}",
+                f"--authentication-kubeconfig={self.admin_kubeconfig}",
+                f"--authorization-kubeconfig={self.admin_kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--controllers={','.join(controllers)}",
+                "--leader-elect=false",
+                "--v=1",
+            ],
+        )
+        context = ssl._create_unverified_context()  # its self-signed serving cert; loopback only
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=1, context=context) as reply:
+                return bool(reply.status == 200)
+
+        wait_until(healthy, "kube-controller-manager /healthz", process=process)
+        return process
+
     def stop(self) -> None:
         for process in reversed(self.processes):
             process.stop()

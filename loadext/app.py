@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
+import os
 import sys
 import threading
 import time
@@ -31,7 +33,9 @@ from loadext.http import lifecycle, tls
 from loadext.http.limits import Limits
 from loadext.http.server import ServerState, create_app, create_ops_app, install_event_loop
 from loadext.sources import kube, requeue, watches
+from loadext.sources.lease import Lease, holder_identity
 from loadext.sources.query_error import ERROR_KINDS
+from loadext.sources.rebalancer import Done, Rebalancer
 from loadext.sources.refresher import Refresher
 from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
 from loadext.sources.watches import ConfigMapRef
@@ -87,6 +91,7 @@ class App:
         self.refresher = Refresher(self.cluster, self.telemetry.refresh, self.telemetry.herd)
         self.reloader = ConfigReloader(text, self.apply, self.telemetry.reload)
         self.server = ServerState(self.cluster, self.extender, self.telemetry, self.bind, limits or Limits())
+        self.rebalancer: Rebalancer | None = None  # with an API client: built in _background
         self.config_watcher = ConfigFileWatcher(config_path, self.reloader, reload_interval) if config_path else None
         self.configmap = configmap
         self.kube_api = kube_api
@@ -154,6 +159,11 @@ class App:
         elif self.requeue_stranded:
             retry = requeue.requeue_stranded(self.cluster, api, self.telemetry.herd)
             tasks.append(asyncio.create_task(retry, name="requeue-stranded"))
+        if api is not None:  # idle while rebalance.enabled is false: a reload can turn it on
+            lease = Lease(api, lease_namespace(self.configmap), holder_identity())
+            rebalancer = self.rebalancer = Rebalancer(self.cluster, api, self.telemetry.rebalance, lease)
+            self.server.rebalance_report = rebalancer.report
+            tasks.append(asyncio.create_task(rebalancer.run(), name="rebalancer"))
         yield
         for task in tasks:
             task.cancel()
@@ -163,6 +173,14 @@ class App:
         for stop in stops:
             stop.set()
         self.refresher.close()
+        if self.rebalancer is not None:
+            self.rebalancer.close()
+
+
+def lease_namespace(configmap: ConfigMapRef | None) -> str:
+    """Where the rebalancer's Lease lives: loadext's own namespace (POD_NAMESPACE, which the
+    chart and manifests set), else its ConfigMap's, else default."""
+    return os.environ.get("POD_NAMESPACE") or (configmap.namespace if configmap else "") or "default"
 
 
 # A worker thread (the refresh, the watches) holding the GIL makes the event loop wait up to
@@ -247,6 +265,27 @@ def serve(options: ServeOptions) -> int:
         )
     )
     return 0
+
+
+def rebalance_once(config: Config, kubeconfig: str | None, dry_run: bool) -> tuple[str, list[Done]]:
+    """`loadext rebalance --once`: one refresh, then one cycle on what it shows. With one round
+    there is no streak to wait for: a node at or above evictAt now is hot (hotFor 1)."""
+    api = kube.api_client(kubeconfig)
+    if api is None:
+        raise kube.KubeError("rebalance needs the Kubernetes API: give --kubeconfig, or run it in a pod")
+    now_hot = dataclasses.replace(config.rebalance, enabled=True, hot_for=1)
+    cluster = Cluster(dataclasses.replace(config, rebalance=now_hot))
+    cluster.nodes_listed([node.info() for node in kube.list_nodes(api)])
+    telemetry = Telemetry()
+    refresher = Refresher(cluster, telemetry.refresh, telemetry.herd)
+    rebalancer = Rebalancer(cluster, api, telemetry.rebalance)
+    try:
+        asyncio.run(refresher.refresh_once())
+        done = asyncio.run(rebalancer.cycle(dry_run=dry_run))
+    finally:
+        refresher.close()
+        rebalancer.close()
+    return rebalancer.status, done
 
 
 def explain_once(config: Config, kubeconfig: str | None, nodes: list[str]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from loadext import __version__
 from loadext.commands import EXIT_INVALID, EXIT_KUBERNETES, EXIT_PROMETHEUS, EXIT_USAGE, NoData, UsageError
 from loadext.commands import check_config as check_config_command
 from loadext.commands import explain as explain_command
+from loadext.commands import rebalance as rebalance_command
 from loadext.commands import replay as replay_command
 from loadext.commands import serve as serve_command
 from loadext.commands.arguments import (
@@ -38,6 +39,7 @@ EXAMPLES = """examples:
   loadext explain --config config.yaml                   every node's values and verdict, from Prometheus
   loadext explain --url http://loadext:8888 --pod default/web-0   a pod's last decisions, and why
   loadext replay --config candidate.yaml --current config.yaml --since 6h
+  loadext rebalance --once --config config.yaml --kubeconfig ~/.kube/config --dry-run   what it would move now
 
 exit codes: 0 ok; 1 invalid config or unreadable input; 2 usage error;
             3 Prometheus failed a query, or had no data for it; 4 the Kubernetes API failed
@@ -235,6 +237,24 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--step", type=duration, default="5m", help="resolution (default 5m)")
     replay.add_argument("--output", choices=["table", "json"], default="table")
     replay.add_argument("--chart", help="also draw refused nodes over time into this PNG (needs matplotlib)")
+    rebalance = command(
+        "rebalance",
+        "one rebalancing cycle now (the server runs them by itself with rebalance.enabled): the nodes at or "
+        "above evictAt, the pods that would move and where, or why not; it evicts only with "
+        "rebalance.mode evict and without --dry-run (docs/rebalancing.md)",
+        "  loadext rebalance --once --config config.yaml --kubeconfig ~/.kube/config --dry-run\n"
+        "  loadext rebalance --once --config config.yaml --output json",
+    )
+    rebalance.add_argument("--once", action="store_true", required=True, help="one cycle, then exit (required)")
+    rebalance.add_argument("--config", required=True, help="the config (its prometheus, signals, rebalance)")
+    rebalance.add_argument("--kubeconfig", help="the cluster (default: the in-cluster service account)")
+    rebalance.add_argument("--dry-run", action="store_true", help="plan and print only, whatever the config's mode")
+    rebalance.add_argument(
+        "--output",
+        choices=["table", "json"],
+        default="table",
+        help="json: one object per line: node, pod (namespace/name), reason, result, target or skipped",
+    )
     return parser
 
 
@@ -250,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.pod:
                 raise OSError("--pod needs --url: decisions live in the running loadext")
             return explain_command.from_prometheus(args.config, args.kubeconfig, list(args.node), args.output)
+        if args.command == "rebalance":
+            return rebalance_command.run(args.config, args.kubeconfig, args.dry_run, args.output)
         if args.command == "replay":
             return replay_command.run(args.config, args.current, args.since, args.step, args.output, args.chart)
         return serve_command.run(args)

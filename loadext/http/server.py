@@ -68,6 +68,7 @@ class ServerState:
     telemetry: Telemetry
     bind: Binder
     limits: Limits = field(default_factory=Limits)
+    rebalance_report: Callable[[], dict[str, Any]] | None = None  # /explain's "rebalance" (the rebalancer runs)
     draining: bool = False  # set on SIGTERM: readiness false, connections closed after each reply
     codec: Codec = field(default_factory=Codec)  # its caches are this server's, not the process's
     admission: Admission = field(init=False)
@@ -333,6 +334,8 @@ def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
                 return web.Response(status=404, body=orjson.dumps({"error": message}), content_type=JSON)
             return web.Response(body=orjson.dumps(decision, option=orjson.OPT_INDENT_2), content_type=JSON)
         report = explain(cluster)
+        if state.rebalance_report is not None:
+            report["rebalance"] = state.rebalance_report()
         node = request.query.get("node")
         if node:
             report["nodes"] = [row for row in report["nodes"] if row["node"] == node]

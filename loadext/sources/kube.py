@@ -23,11 +23,11 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from loadext.core.requests import BindingArgs, BoundPod
 from loadext.sources.connection import connection_cause
-from loadext.sources.objects import ConfigMap, ListMeta, Node, Pod, PodStatus, Status, WatchEvent
+from loadext.sources.objects import ConfigMap, DetailedPod, ListMeta, Node, Pod, PodStatus, Status, WatchEvent
 
 log = logging.getLogger(__name__)
 
-Object = TypeVar("Object", Pod, Node, ConfigMap)
+Object = TypeVar("Object", Pod, Node, ConfigMap, DetailedPod)
 
 
 class KubeError(Exception):

@@ -1,6 +1,7 @@
 """loadext's own metrics, grouped by the part that records them: what the verbs decided
 (verbs.py), the refresh loop (refresh.py), the herd guard (herd.py), the Kubernetes watches
-(watches.py), the config in force (reload.py) and the per-node gauges (nodes.py). Each part is
+(watches.py), the config in force (reload.py), the per-node gauges (nodes.py) and the
+rebalancer (rebalance.py). Each part is
 handed its recorder; `Telemetry` holds one process's registry and recorders (tests make their
 own). docs/metrics.md lists every metric, and tests/unit/test_metrics_doc.py keeps it true.
 """
@@ -17,6 +18,7 @@ from loadext import __version__
 from loadext.config import Config
 from loadext.telemetry.herd import HerdMetrics
 from loadext.telemetry.nodes import NodeMetrics, NodeStates
+from loadext.telemetry.rebalance import RebalanceMetrics
 from loadext.telemetry.refresh import RefreshMetrics
 from loadext.telemetry.reload import ReloadMetrics
 from loadext.telemetry.verbs import VerbMetrics
@@ -33,6 +35,7 @@ class Telemetry:
         self.watches = WatchMetrics(r)
         self.reload = ReloadMetrics(r)
         self.nodes = NodeMetrics(r)
+        self.rebalance = RebalanceMetrics(r)
         self.build = Info("loadext_build", "loadext version.", registry=r)
         self.build.info({"version": __version__, "python_version": platform.python_version()})
 
@@ -52,5 +55,5 @@ class Telemetry:
     def metrics(self) -> Iterator[MetricWrapperBase]:
         """Every metric of the recorders (the per-node family is a collector of its own)."""
         yield self.build
-        for recorder in (self.verbs, self.refresh, self.herd, self.watches, self.reload):
+        for recorder in (self.verbs, self.refresh, self.herd, self.watches, self.reload, self.rebalance):
             yield from (m for m in vars(recorder).values() if isinstance(m, MetricWrapperBase))

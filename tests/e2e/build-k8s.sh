@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-scheduler, kubectl (k8s.io/kubernetes) and etcd
+# Builds kube-apiserver, kube-scheduler, kube-controller-manager, kubectl (k8s.io/kubernetes) and etcd
 # (go.etcd.io/etcd/server/v3) from their Go modules, pinned by go.mod/go.sum beside this script,
 # into a cache folder outside the repo keyed by those pins: a second run is instant.
 # Nothing prebuilt is downloaded; only Go modules come through the module proxy.
@@ -9,7 +9,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 version=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3; exit}' "$here/go.mod")
 key=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-12)
 bin="${LOADEXT_E2E_CACHE:-$HOME/.cache/loadext-e2e}/k8s-${version}-${key}/bin"
-tools=(kube-apiserver kube-scheduler kubectl etcd)
+tools=(kube-apiserver kube-scheduler kube-controller-manager kubectl etcd)
 missing=0
 for tool in "${tools[@]}"; do [[ -x "$bin/$tool" ]] || missing=1; done
 if [[ $missing == 0 ]]; then echo "$bin"; exit 0; fi
@@ -21,7 +21,7 @@ export GOFLAGS=-mod=mod
 # Measured on this project's 2-core machine from a cold module cache: 465-586 s in all, most of it
 # kube-apiserver; each component prints its own time when done.
 echo "building Kubernetes ${version} components from their Go modules, once (about 8-10 minutes on 2 cores)" >&2
-for package in k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+for package in k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager \
                k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3; do
   name=$(basename "$package"); [[ $name == v3 ]] && name=etcd
   began=$(date +%s)

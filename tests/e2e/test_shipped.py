@@ -46,13 +46,20 @@ def test_the_schedulers_run_the_shipped_config(cluster: Cluster) -> None:
         ).list_secret_for_all_namespaces()
 
 
-def test_loadexts_one_node_write_is_its_annotation(cluster: Cluster, slug: str) -> None:
-    """RBAC grants loadext `patch` on nodes for --requeue-stranded; the shipped admission
-    policy narrows it to the annotation loadext.io/reopened (docs/security.md)."""
+def test_loadexts_node_writes_are_its_annotation_and_its_taints(cluster: Cluster, slug: str) -> None:
+    """RBAC grants loadext `patch` on nodes for --requeue-stranded and rebalance taints; the
+    shipped admission policy narrows it to the annotation loadext.io/reopened and loadext's own
+    two taints (docs/security.md)."""
     make_node(cluster.core, slug, slug)
     as_loadext = client.CoreV1Api(cluster.plane.api(cluster.plane.workdir / "loadext-loadext.kubeconfig"))
     as_loadext.patch_node(slug, {"metadata": {"annotations": {"loadext.io/reopened": "now"}}})
+    ours = [
+        {"key": "loadext.io/hot", "effect": "PreferNoSchedule"},
+        {"key": "loadext.io/refused", "effect": "NoSchedule"},
+    ]
+    as_loadext.patch_node(slug, {"spec": {"taints": ours}})
     for change in (
+        {"spec": {"taints": [{"key": "loadext.io/hot", "effect": "NoExecute"}]}},  # its key, another effect
         {"metadata": {"labels": {CASE_LABEL: "elsewhere"}}},
         {"metadata": {"annotations": {"other.example/key": "x"}}},
         {"spec": {"unschedulable": True}},
@@ -63,5 +70,6 @@ def test_loadexts_one_node_write_is_its_annotation(cluster: Cluster, slug: str) 
         assert refused.value.status in (403, 422) and "loadext.io/reopened" in str(refused.value.body), change
     node = cluster.core.read_node(slug)
     assert node.metadata.annotations["loadext.io/reopened"] == "now" and not node.spec.unschedulable
+    assert [(t.key, t.effect) for t in node.spec.taints] == [(t["key"], t["effect"]) for t in ours]
     assert node.metadata.labels[CASE_LABEL] == slug
     cluster.core.patch_node(slug, {"metadata": {"labels": {"admin": "may"}}})  # others are not bound by it

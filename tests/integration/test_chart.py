@@ -76,7 +76,7 @@ def test_default_chart_is_the_kustomize_base() -> None:
         for doc in base:
             if doc["kind"] == kind:
                 assert find(chart, kind, doc["metadata"]["name"])["rules"] == doc["rules"]
-    policy = "loadext-node-annotation-only"  # what narrows --requeue-stranded's Node patch
+    policy = "loadext-node-changes"  # what narrows loadext's Node patch (annotation, taints)
     assert (
         find(chart, "ValidatingAdmissionPolicy", policy)["spec"]
         == find(base, "ValidatingAdmissionPolicy", policy)["spec"]
@@ -85,6 +85,25 @@ def test_default_chart_is_the_kustomize_base() -> None:
         find(chart, "NetworkPolicy", "loadext")["spec"]["ingress"][0]["ports"]
         == find(base, "NetworkPolicy", "loadext")["spec"]["ingress"][0]["ports"]
     )
+
+
+def test_the_rebalancers_rbac_comes_with_it_in_chart_and_manifests(tmp_path: Path) -> None:
+    """Off by default: no eviction, Lease or node patch. On (with taints): what
+    manifests/overlays/rebalance grants, and the node patch narrowed by the node-change policy."""
+    rules = lambda docs, kind: find(docs, kind, "loadext")["rules"]  # noqa: E731
+    off = template("loadext", "loadext", {"requeueStranded": False}, tmp_path)
+    granted = str(rules(off, "ClusterRole")) + str(rules(off, "Role"))
+    assert "pods/eviction" not in granted and "leases" not in granted and "patch" not in granted
+    assert not [d for d in off if d["kind"] == "ValidatingAdmissionPolicy"]
+    values = {"requeueStranded": False, "config": {"rebalance": {"enabled": True, "taints": {"hot": True}}}}
+    on = template("loadext", "loadext", values, tmp_path)
+    overlay = kustomize("overlays/rebalance")
+    for kind in ("ClusterRole", "Role"):
+        for rule in find(overlay, kind, "loadext-rebalance")["rules"]:
+            assert rule in rules(on, kind), (kind, rule)
+    assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]} in rules(on, "ClusterRole")
+    assert find(on, "ValidatingAdmissionPolicy", "loadext-node-changes")
+    assert parse_config(find(overlay, "ConfigMap", "loadext-config")["data"]["config.yaml"]).rebalance.enabled
 
 
 def test_json_logs_by_default_in_chart_and_manifests() -> None:

@@ -169,7 +169,7 @@ def pod(name: str = "web-1", **changes: object) -> PodFacts:
     base = PodFacts(
         namespace="shop", name=name, uid=f"uid-{name}", controller_kind="ReplicaSet", workload="shop/Deployment/web",
         priority=0, evict_annotation=None, mirror=False, local_storage=False, created=NOW - 3600, phase="Running",
-        deleting=False, requests=Usage(0.5, 2**28),
+        deleting=False, requests=Usage(0.5, 2**28), node_selector={},
     )  # fmt: skip
     return replace(base, **changes)  # type: ignore[arg-type]
 

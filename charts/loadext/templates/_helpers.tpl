@@ -11,6 +11,20 @@
 {{- printf "%s-scheduler" (include "loadext.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* Whether loadext patches Nodes: the loadext.io/reopened annotation (requeueStranded) or its
+taints (config.rebalance.taints); "" when not. The node-change policy narrows the patch. */}}
+{{- define "loadext.patchesNodes" -}}
+{{- $rebalance := .Values.config.rebalance | default dict -}}
+{{- $taints := $rebalance.taints | default dict -}}
+{{- if or .Values.requeueStranded (and $rebalance.enabled (or $taints.hot $taints.refused)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Whether the rebalancer is on: it then evicts pods, holds a Lease and records Events. */}}
+{{- define "loadext.rebalances" -}}
+{{- $rebalance := .Values.config.rebalance | default dict -}}
+{{- if $rebalance.enabled -}}true{{- end -}}
+{{- end -}}
+
 {{- define "loadext.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/part-of: loadext

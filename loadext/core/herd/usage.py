@@ -65,6 +65,16 @@ def container_estimate(requests: Resources, limits: Resources, rule: EstimateRul
     return Usage(values[0], values[1])
 
 
+def pod_requests(
+    containers: Iterable[tuple[Resources, Resources]],
+    init_containers: Iterable[tuple[Resources, Resources]],
+    overhead: Resources,
+) -> Usage:
+    """What the scheduler counts a pod at: its effective requests (the same init-container and
+    overhead rule as the estimate, with requests alone)."""
+    return pod_estimate(containers, init_containers, overhead, _REQUESTS_ONLY)
+
+
 def pod_estimate(
     containers: Iterable[tuple[Resources, Resources]],
     init_containers: Iterable[tuple[Resources, Resources]],
@@ -88,3 +98,6 @@ def allocatable(quantities: Mapping[str, object]) -> dict[str, float]:
         if value:
             out[resource] = value
     return out
+
+
+_REQUESTS_ONLY = EstimateRule(cpu_factor=0.0, memory_factor=0.0, best_effort=Usage())

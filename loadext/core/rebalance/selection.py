@@ -49,6 +49,7 @@ class PodFacts:
     phase: str
     deleting: bool
     requests: Usage
+    node_selector: Mapping[str, str]  # a target must carry these labels
 
     @property
     def key(self) -> str:

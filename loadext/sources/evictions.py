@@ -1,0 +1,153 @@
+"""The Kubernetes calls the rebalancer makes: the pods of a node, evictions through the Eviction
+API (policy/v1, so PodDisruptionBudgets hold), Events on the pod and the node, and loadext's
+taints on Nodes. Blocking, like kube.py: callers run them in worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from loadext.core.herd.usage import pod_requests
+from loadext.core.rebalance.selection import PodFacts
+from loadext.sources.connection import connection_cause
+from loadext.sources.kube import _timestamp, list_objects
+from loadext.sources.objects import DetailedMeta, DetailedPod, DetailedSpec, PodStatus, requirements
+
+log = logging.getLogger(__name__)
+
+HOT_TAINT = ("loadext.io/hot", "PreferNoSchedule")  # hot nodes: the default scheduler's pods avoid them
+REFUSED_TAINT = ("loadext.io/refused", "NoSchedule")  # refused nodes: cluster-autoscaler sees them full
+TAINT_KEYS = frozenset(key for key, _ in (HOT_TAINT, REFUSED_TAINT))
+
+
+class ApiUnavailable(Exception):
+    """The API server could not be asked: this cycle stops, nothing more is evicted."""
+
+
+def pods_on(api: Any, node: str) -> list[DetailedPod]:
+    try:
+        listed = list_objects(
+            api.list_pod_for_all_namespaces, DetailedPod, field_selector=f"spec.nodeName={node}", _request_timeout=10
+        )
+    except ApiException as exc:
+        raise ApiUnavailable(f"listing the pods of node {node} failed: {exc.status} {exc.reason}") from None
+    except urllib3.exceptions.HTTPError as exc:
+        raise ApiUnavailable(f"listing the pods of node {node} failed: {connection_cause(exc)}") from None
+    return listed.items or []
+
+
+def facts(pod: DetailedPod) -> PodFacts:
+    meta, spec, status = pod.metadata or DetailedMeta(), pod.spec or DetailedSpec(), pod.status or PodStatus()
+    controller = next((ref.kind for ref in meta.ownerReferences or () if ref.controller), "")
+    annotations = meta.annotations
+    return PodFacts(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        controller_kind=controller,
+        workload=meta.owner(),
+        priority=spec.priority or 0,
+        evict_annotation=annotations.evict if annotations is not None else None,
+        mirror=annotations is not None and annotations.mirror is not None,
+        local_storage=any(v.emptyDir is not None or v.hostPath is not None for v in spec.volumes or ()),
+        created=_timestamp(meta.creationTimestamp),
+        phase=status.phase,
+        deleting=meta.deletionTimestamp is not None,
+        requests=pod_requests(requirements(spec.containers), requirements(spec.initContainers), spec.overhead or {}),
+        node_selector=spec.nodeSelector or {},
+    )
+
+
+@dataclass(frozen=True)
+class Evicted:
+    result: str  # evicted | pdb_blocked | failed
+    detail: str = ""
+
+
+def evict(api: Any, namespace: str, name: str, uid: str) -> Evicted:
+    """POST the pod's eviction; the uid precondition keeps a pod of the same name, recreated
+    meanwhile, from being evicted in its place."""
+    body = client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+        delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+    )
+    try:
+        api.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=10)
+    except ApiException as exc:
+        if exc.status == 429:
+            return Evicted("pdb_blocked", _message(exc) or "a PodDisruptionBudget allows no disruption now")
+        return Evicted("failed", f"{exc.status} {exc.reason}: {_message(exc)}")
+    except urllib3.exceptions.HTTPError as exc:
+        raise ApiUnavailable(f"evicting {namespace}/{name} failed: {connection_cause(exc)}") from None
+    return Evicted("evicted")
+
+
+def _message(exc: ApiException) -> str:
+    try:
+        body = msgspec.json.decode(exc.body or b"{}")
+    except msgspec.DecodeError:
+        return str(exc.body or "")[:200]
+    return str(body.get("message", ""))[:300] if isinstance(body, dict) else ""
+
+
+def record_event(api: Any, kind: str, name: str, namespace: str, uid: str, reason: str, message: str) -> None:
+    """A Normal Event on a Pod (in its namespace) or a Node (in default, where kubectl describe
+    node finds it); a failure is logged, never raised: the eviction stands either way."""
+    now = datetime.now(UTC)
+    event = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
+        involved_object=client.V1ObjectReference(
+            api_version="v1", kind=kind, name=name, namespace=namespace if kind == "Pod" else None, uid=uid or None
+        ),
+        reason=reason,
+        message=message[:1024],
+        type="Normal",
+        count=1,
+        first_timestamp=now,
+        last_timestamp=now,
+        source=client.V1EventSource(component="loadext"),
+        reporting_component="loadext",
+        reporting_instance=os.environ.get("HOSTNAME", "loadext"),
+    )
+    try:
+        api.create_namespaced_event(namespace, event, _request_timeout=10)
+    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        log.warning("could not record an Event on %s %s: %s", kind, name, getattr(exc, "status", exc))
+
+
+def set_taints(api: Any, node: str, wanted: Iterable[tuple[str, str]]) -> str:
+    """Make loadext's taints on `node` exactly `wanted` (others' taints untouched); "" when done
+    or nothing changed, else why not. The node's resourceVersion guards the write, so a
+    concurrent change to its taints is never lost: a 409 is retried next cycle."""
+    try:
+        current = api.read_node(node, _request_timeout=10)
+    except ApiException as exc:
+        return f"reading node {node} failed: {exc.status} {exc.reason}"
+    except urllib3.exceptions.HTTPError as exc:
+        return f"reading node {node} failed: {connection_cause(exc)}"
+    taints = [t.to_dict() for t in current.spec.taints or ()]
+    kept = [{k: v for k, v in t.items() if v is not None} for t in taints if t.get("key") not in TAINT_KEYS]
+    ours = sorted((t["key"], t["effect"]) for t in taints if t.get("key") in TAINT_KEYS)
+    if ours == sorted(wanted):
+        return ""
+    body = {
+        "metadata": {"resourceVersion": current.metadata.resource_version},
+        "spec": {"taints": kept + [{"key": key, "effect": effect} for key, effect in sorted(wanted)]},
+    }
+    try:
+        api.patch_node(node, body, _request_timeout=10, _content_type="application/merge-patch+json")
+    except ApiException as exc:
+        return f"tainting node {node} failed: {exc.status} {exc.reason}"
+    except urllib3.exceptions.HTTPError as exc:
+        return f"tainting node {node} failed: {connection_cause(exc)}"
+    return ""

@@ -1,0 +1,337 @@
+"""The rebalancer's loop: every `rebalance.cycle`, on the one replica that holds the Lease, move
+pods off hot nodes (core/rebalance/ decides; this module reads the API and Prometheus and acts).
+
+One cycle:
+1. Off, standby (another replica holds the Lease) or paused (no fresh metrics: never act on
+   stale data) ends it there; the taints of a node are kept in step either way while active.
+2. For each hot node, its pods (listed by node name) and their measured usage (the herd
+   guard's per-pod queries, `herdGuard.podUsage`, run now); the pods that may move become
+   candidates, each with its share of the node.
+3. The free requests of the nodes loadext would place on first (`TARGETS` of them for each
+   nodeSelector among the candidates), so that a target is checked for room without an API
+   call per candidate.
+4. The plan (core/rebalance/plan.py), then each move: in dry run counted and told, else evicted
+   through the Eviction API, after checking the Lease is still held, with an Event on the pod
+   and on the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loadext.config import Config, PrometheusConfig
+from loadext.config.schema import Rebalance
+from loadext.core.herd.learned import PodKey
+from loadext.core.herd.usage import Usage
+from loadext.core.rebalance.heat import Heat
+from loadext.core.rebalance.plan import HotNode, Pacing, Step, plan
+from loadext.core.rebalance.port import RebalanceState, Room
+from loadext.core.rebalance.selection import Candidate, exclusion
+from loadext.core.rebalance.streaks import SignalHeat
+from loadext.sources import evictions
+from loadext.sources.evictions import HOT_TAINT, REFUSED_TAINT, TAINT_KEYS, ApiUnavailable
+from loadext.sources.lease import Lease
+from loadext.sources.prometheus import PrometheusSource
+from loadext.sources.query_error import QueryError
+from loadext.telemetry.rebalance import RebalanceMetrics
+
+log = logging.getLogger(__name__)
+
+TARGETS = 10  # nodes whose free requests are read per cycle: the ones loadext would place on first
+SHARED_RESOURCES = ("cpu", "memory")  # the signals a pod's measured usage is a share of
+REASON = "LoadextRebalance"
+
+
+@dataclass(frozen=True)
+class Done:
+    """A step as it ended, for /explain and `loadext rebalance --output json`."""
+
+    time: float
+    node: str
+    pod: str
+    reason: str
+    result: str
+    target: str = ""
+    skipped: str = ""
+    detail: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v != ""}
+
+
+class Rebalancer:
+    def __init__(
+        self,
+        state: RebalanceState,
+        api: Any,
+        metrics: RebalanceMetrics,
+        lease: Lease | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = state
+        self.api = api
+        self.metrics = metrics
+        self.lease = lease
+        self.clock = clock
+        self.pacing = Pacing()
+        self.history: deque[Done] = deque(maxlen=50)
+        self.status = "off"
+        self._backoff: dict[str, float] = {}  # pod uid -> until when a PDB refusal is respected
+        self._tainted: dict[str, frozenset[tuple[str, str]]] | None = None  # node -> loadext's taints; None: unread
+        self._source: tuple[PrometheusConfig, PrometheusSource] | None = None
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.cycle()
+            except Exception:  # one bad cycle must not end the rebalancer
+                log.exception("rebalance cycle failed")
+            await asyncio.sleep(self.state.config.rebalance.cycle)
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source[1].close()
+
+    async def cycle(self, dry_run: bool = False) -> list[Done]:
+        config = self.state.config
+        policy = config.rebalance
+        if not policy.enabled:
+            await self._sync_taints(frozenset(), frozenset(), policy)
+            self._now("off")
+            return []
+        if self.lease is not None:
+            self.lease.duration = 2 * policy.cycle + 15
+            if not await asyncio.to_thread(self.lease.hold):
+                self._now("standby")
+                return []
+        heat = self.state.heat()
+        if heat.degraded:
+            self._now("paused")
+            return []
+        self._now("active")
+        hot = heat.hot()
+        self.metrics.hot_nodes.set(len(hot))
+        await self._sync_taints(frozenset(hot), heat.refused, policy)
+        if not hot:
+            return []
+        now = self.clock()
+        try:
+            nodes = await asyncio.to_thread(self._read_hot, heat, hot, config, now)
+            free = await asyncio.to_thread(self._free_requests, self._likely_targets(nodes, hot))
+        except (ApiUnavailable, QueryError) as exc:
+            log.warning("rebalance cycle skipped: %s", exc)
+            return []
+        window = config.herd_guard.window
+        steps = plan(nodes, policy, self.pacing, window, now, self._target_for(free))
+        return await self._carry_out(steps, dry_run or policy.mode == "dryRun", window)
+
+    def report(self) -> dict[str, Any]:
+        """For /explain: the state, each node's streaks, the last moves."""
+        policy = self.state.config.rebalance
+        heat = self.state.heat() if policy.enabled else None
+        return {
+            "enabled": policy.enabled,
+            "mode": policy.mode,
+            "state": self.status,
+            "nodes": {node: [_streak(s) for s in signals] for node, signals in (heat.streaks if heat else {}).items()},
+            "last": [done.as_json() for done in reversed(self.history)],
+        }
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def _read_hot(
+        self, heat: Heat, hot: Mapping[str, tuple[SignalHeat, ...]], config: Config, now: float
+    ) -> list[HotNode]:
+        """Blocking (a worker thread; it reads no loadext state): the hot nodes' pods and usage."""
+        usage = self._pod_usage(config)
+        return [self._hot_node(node, signals, heat, usage, config.rebalance, now) for node, signals in hot.items()]
+
+    def _likely_targets(self, nodes: list[HotNode], hot: Mapping[str, object]) -> list[Room]:
+        """For each nodeSelector among the candidates, the TARGETS best nodes that match it."""
+        passing = [room for room in self.state.passing_with(Usage(), excluding="") if room.node not in hot]
+        selectors = {tuple(sorted(c.pod.node_selector.items())) for node in nodes for c in node.candidates}
+        chosen: dict[str, Room] = {}
+        for selector in selectors:
+            matching = [room for room in passing if all(room.labels.get(k) == v for k, v in selector)]
+            chosen.update((room.node, room) for room in matching[:TARGETS])
+        return list(chosen.values())
+
+    def _free_requests(self, rooms: list[Room]) -> dict[str, Usage]:
+        """Blocking: each room's allocatable less the requests of the pods on it."""
+        free: dict[str, Usage] = {}
+        for room in rooms:
+            used = Usage()
+            for pod in evictions.pods_on(self.api, room.node):
+                facts = evictions.facts(pod)
+                if facts.phase not in ("Succeeded", "Failed"):
+                    used = used + facts.requests
+            free[room.node] = Usage(room.allocatable.get("cpu", 0.0), room.allocatable.get("memory", 0.0)) - used
+        return free
+
+    def _pod_usage(self, config: Config) -> dict[str, dict[PodKey, float]]:
+        if self._source is None or self._source[0] != config.prometheus:
+            self.close()
+            self._source = (config.prometheus, PrometheusSource(config.prometheus))
+        source = self._source[1]
+        queries = {"cpu": config.herd_guard.pod_usage_cpu, "memory": config.herd_guard.pod_usage_memory}
+        return {r: source.query_pods(f"podUsage.{r}", q)[0] for r, q in queries.items() if q}
+
+    def _hot_node(
+        self,
+        node: str,
+        signals: tuple[SignalHeat, ...],
+        heat: Heat,
+        usage: Mapping[str, Mapping[PodKey, float]],
+        policy: Rebalance,
+        now: float,
+    ) -> HotNode:
+        over = heat.over.get(node, {})
+        overshoot = {s: v for s, v in over.items() if s in SHARED_RESOURCES}
+        allocatable = heat.allocatable.get(node, {})
+        candidates: list[Candidate] = []
+        excluded: list[tuple[str, str]] = []
+        for pod in evictions.pods_on(self.api, node):
+            facts = evictions.facts(pod)
+            key = (facts.namespace, facts.name)
+            why = exclusion(facts, policy, now)
+            if why is None and self._backoff.get(facts.uid, 0.0) > now:
+                why = "a PodDisruptionBudget refused its eviction; backing off"
+            if why is None and not any(key in usage.get(r, {}) for r in SHARED_RESOURCES):
+                why = "no measured usage (herdGuard.podUsage has no series for it)"
+            if why is not None:
+                excluded.append((facts.key, why))
+                continue
+            measured = Usage(usage.get("cpu", {}).get(key, 0.0), usage.get("memory", {}).get(key, 0.0))
+            shares = {r: measured.get(r) / allocatable[r] for r in SHARED_RESOURCES if allocatable.get(r)}
+            candidates.append(Candidate(facts, measured, shares))
+        if over and not overshoot:
+            excluded.insert(0, ("", f"over its threshold on {', '.join(over)} only: no per-pod usage to choose by"))
+            candidates.clear()
+        return HotNode(node, signals, overshoot, tuple(candidates), tuple(excluded))
+
+    def _target_for(self, free: dict[str, Usage]) -> Callable[[Candidate, str], str | None]:
+        """The first node that passes loadext's filter with the pod, matches its nodeSelector
+        and has room for its requests (among those whose free requests were read); a move
+        takes its room."""
+
+        def target_for(candidate: Candidate, source: str) -> str | None:
+            needs, selector = candidate.pod.requests, candidate.pod.node_selector.items()
+            for room in self.state.passing_with(candidate.usage, source):
+                left = free.get(room.node)
+                if left is None or not all(room.labels.get(key) == value for key, value in selector):
+                    continue
+                if left.cpu >= needs.cpu and left.memory >= needs.memory:
+                    free[room.node] = left - needs
+                    return room.node
+            return None
+
+        return target_for
+
+    # --- acting -------------------------------------------------------------------------------
+
+    async def _carry_out(self, steps: list[Step], dry_run: bool, window: float) -> list[Done]:
+        done: list[Done] = []
+        lost = False
+        for step in steps:
+            now = self.clock()
+            if step.result != "planned":
+                done.append(Done(now, step.node, step.pod, step.reason, step.result, skipped=step.skipped))
+            elif dry_run:
+                done.append(Done(now, step.node, step.pod, step.reason, "dry_run", step.target))
+            elif lost or (self.lease is not None and not await asyncio.to_thread(self.lease.still_held)):
+                lost = True
+                done.append(Done(now, step.node, step.pod, step.reason, "rate_limited", skipped="the Lease was lost"))
+            else:
+                done.append(await self._evict(step, now, window))
+        for each in done:
+            self.metrics.counted(each.result)
+            self.history.append(each)
+            if each.result in ("evicted", "dry_run", "pdb_blocked", "failed"):
+                log.info(
+                    "rebalance %s: %s on %s (%s)%s",
+                    each.result,
+                    each.pod,
+                    each.node,
+                    each.reason,
+                    f" -> {each.target}" if each.target else f": {each.detail}" if each.detail else "",
+                )
+        return done
+
+    async def _evict(self, step: Step, now: float, window: float) -> Done:
+        namespace, name = step.pod.split("/", 1)
+        try:
+            evicted = await asyncio.to_thread(evictions.evict, self.api, namespace, name, step.uid)
+        except ApiUnavailable as exc:
+            return Done(now, step.node, step.pod, step.reason, "failed", step.target, detail=str(exc))
+        if evicted.result == "pdb_blocked":
+            self._backoff[step.uid] = now + window
+        if evicted.result != "evicted":
+            return Done(now, step.node, step.pod, step.reason, evicted.result, step.target, detail=evicted.detail)
+        self.pacing.evicted(step.node, step.workload, now, window)
+        message = f"loadext: {step.reason}; moving it to a node with room"
+        await asyncio.to_thread(evictions.record_event, self.api, "Pod", name, namespace, step.uid, REASON, message)
+        on_node = f"loadext: {step.reason}; evicted {step.pod} to make room"
+        await asyncio.to_thread(evictions.record_event, self.api, "Node", step.node, "default", "", REASON, on_node)
+        return Done(now, step.node, step.pod, step.reason, "evicted", step.target)
+
+    async def _sync_taints(self, hot: frozenset[str], refused: frozenset[str], policy: Rebalance) -> None:
+        """loadext's taints exactly on the nodes that should carry them now (none when off)."""
+        wanted: dict[str, frozenset[tuple[str, str]]] = {}
+        for node in hot if policy.enabled and policy.taint_hot else ():
+            wanted[node] = wanted.get(node, frozenset()) | {HOT_TAINT}
+        for node in refused if policy.enabled and policy.taint_refused else ():
+            wanted[node] = wanted.get(node, frozenset()) | {REFUSED_TAINT}
+        if self._tainted is None:
+            if not policy.enabled:
+                return  # never active in this process: nothing of ours to clear
+            self._tainted = await asyncio.to_thread(_read_taints, self.api)  # a restart finds its own
+        current = self._tainted
+        for node in sorted(set(current) | set(wanted)):
+            target = wanted.get(node, frozenset())
+            if current.get(node, frozenset()) == target:
+                continue
+            error = await asyncio.to_thread(evictions.set_taints, self.api, node, target)
+            if error:
+                log.warning("%s", error)
+                self.metrics.taint_errors.inc()
+                continue
+            if target:
+                current[node] = target
+            else:
+                current.pop(node, None)
+
+    def _now(self, state: str) -> None:
+        if state != self.status:
+            log.info("rebalancer %s (was %s)", state, self.status)
+            self.status = state
+            self.metrics.now(state)
+            if state != "active":
+                self.metrics.hot_nodes.set(0)
+
+
+def _read_taints(api: Any) -> dict[str, frozenset[tuple[str, str]]]:
+    """Which nodes carry loadext's taints already (a restart, or another replica's earlier term)."""
+    found: dict[str, frozenset[tuple[str, str]]] = {}
+    for node in api.list_node(_request_timeout=10).items:
+        ours = frozenset((t.key, t.effect) for t in node.spec.taints or () if t.key in TAINT_KEYS)
+        if ours:
+            found[node.metadata.name] = ours
+    return found
+
+
+def _streak(heat: SignalHeat) -> dict[str, Any]:
+    return {
+        "signal": heat.signal,
+        "value": heat.value,
+        "threshold": heat.threshold,
+        "evictAt": heat.evict_at,
+        "hot": heat.hot,
+        "streak": heat.streak,
+        "since": heat.since,
+    }

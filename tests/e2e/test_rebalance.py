@@ -1,0 +1,200 @@
+"""The rebalancer on the real control plane, with the real kube-controller-manager (its
+ReplicaSet controller recreates evicted pods; its disruption controller computes PDB status):
+pods placed while a node was cool, then the node runs hot. Dry run plans and evicts nothing (and
+`loadext rebalance --once` prints the same plan); a PodDisruptionBudget blocks the eviction;
+once it allows one, a pod is evicted with Events on it and on its node, and its replacement lands
+on a cool node through loadext's scheduler; the hot taint comes and goes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from harness.cluster import (
+    CASE_LABEL,
+    E2E_NAMESPACE,
+    Cluster,
+    FakeKubelet,
+    e2e_config,
+    make_node,
+    set_load,
+    wait_loadext_sees,
+)
+from harness.exporter import Exporter
+from harness.kubernetes import ROOT, Process, wait_until
+from harness.loadext import LOADEXT
+from harness.metrics_text import metric_if_present
+
+POD_CORES = 1.6  # each pod's measured usage: 20 % of an 8-core node
+
+
+@pytest.fixture(scope="module")
+def controllers(cluster: Cluster) -> Iterator[Process]:
+    applied = cluster.plane.kubectl("apply", "-f", str(ROOT / "manifests/overlays/rebalance/rebalance-rbac.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    process = cluster.plane.start_controller_manager("replicaset", "disruption")
+    yield process
+    process.stop()
+    cluster.plane.processes.remove(process)
+
+
+def rebalancing(cluster: Cluster, **rebalance: Any) -> dict[str, Any]:
+    return e2e_config(
+        cluster.proxy.url,
+        herdGuard={"window": "5s", "podUsage": {"cpu": "loadext_e2e_pod_cpu", "memory": "loadext_e2e_pod_memory"}},
+        rebalance={"enabled": True, "hotFor": 2, "coolFor": 2, "cycle": "500ms", "minPodAge": "1s", **rebalance},
+    )
+
+
+def replica_set(slug: str, scheduler: str, replicas: int) -> Any:
+    labels = {"app": slug}
+    container = client.V1Container(
+        name="app",
+        image="registry.k8s.io/pause:3.10",
+        resources=client.V1ResourceRequirements(requests={"cpu": "1", "memory": "1Gi"}),
+    )
+    template = client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(labels=labels),
+        spec=client.V1PodSpec(
+            scheduler_name=scheduler,
+            node_selector={CASE_LABEL: slug},
+            termination_grace_period_seconds=0,
+            containers=[container],
+        ),
+    )
+    return client.V1ReplicaSet(
+        metadata=client.V1ObjectMeta(name=slug, namespace=E2E_NAMESPACE),
+        spec=client.V1ReplicaSetSpec(
+            replicas=replicas, selector=client.V1LabelSelector(match_labels=labels), template=template
+        ),
+    )
+
+
+def pods_of(cluster: Cluster, slug: str) -> dict[str, str]:
+    """uid -> node, for the workload's pods that are not being deleted."""
+    listed = cluster.core.list_namespaced_pod(E2E_NAMESPACE, label_selector=f"app={slug}").items
+    return {p.metadata.uid: p.spec.node_name or "" for p in listed if not p.metadata.deletion_timestamp}
+
+
+def rebalance_report(cluster: Cluster) -> dict[str, Any]:
+    report: dict[str, Any] = cluster.loadext.get_json("/explain")["rebalance"]
+    return report
+
+
+def counted(cluster: Cluster, result: str) -> float:
+    return metric_if_present(cluster.loadext.metrics(), "loadext_rebalance_evictions_total", result=result) or 0.0
+
+
+def test_a_hot_node_sheds_a_pod_within_its_budget_to_a_cool_node(
+    cluster: Cluster, controllers: Process, exporter: Exporter, slug: str, tmp_path: Any
+) -> None:
+    hot, cool = f"{slug}-hot", [f"{slug}-a", f"{slug}-b"]
+    for node in (hot, *cool):
+        make_node(cluster.core, node, slug)
+
+    def running(pod: Any) -> None:  # the pods' own usage, as cAdvisor would report it
+        exporter.set_gauge("loadext_e2e_pod_cpu", POD_CORES, namespace=E2E_NAMESPACE, pod=pod.metadata.name)
+        exporter.set_gauge("loadext_e2e_pod_memory", 2**30, namespace=E2E_NAMESPACE, pod=pod.metadata.name)
+
+    kubelet = FakeKubelet(cluster.core, {hot, *cool}, running)
+    apps = client.AppsV1Api(cluster.plane.api())
+    policy = client.PolicyV1Api(cluster.plane.api())
+    try:
+        # Placed while the node was cool (the others busy): both replicas land on it.
+        placing = {hot: (0.1, 0.3), cool[0]: (0.9, 0.3), cool[1]: (0.9, 0.3)}
+        set_load(exporter, placing)
+        wait_loadext_sees(cluster, placing)
+        apps.create_namespaced_replica_set(E2E_NAMESPACE, replica_set(slug, "loadext-scheduler-bind", 2))
+        wait_until(lambda: list(pods_of(cluster, slug).values()) == [hot, hot], "both replicas on the cool node")
+        placed = pods_of(cluster, slug)
+        # Then its load drifts up, and the others cool down.
+        drifted = {hot: (0.95, 0.3), cool[0]: (0.3, 0.3), cool[1]: (0.4, 0.3)}
+        set_load(exporter, drifted)
+        wait_loadext_sees(cluster, drifted)
+
+        # Dry run: planned, counted, shown; nothing evicted.
+        cluster.loadext.set_config(rebalancing(cluster, mode="dryRun"))
+        wait_until(lambda: any(s["result"] == "dry_run" for s in rebalance_report(cluster)["last"]), "a dry run")
+        step = next(s for s in rebalance_report(cluster)["last"] if s["result"] == "dry_run")
+        assert step["node"] == hot and step["target"] in cool and step["reason"].startswith("node cpu 95% >= 85% for ")
+        assert rebalance_report(cluster)["nodes"][hot][0]["hot"] is True
+        assert pods_of(cluster, slug) == placed
+        planned = once(cluster, tmp_path)  # the SRE's one-shot: the same plan
+        assert [(p["node"], p["result"], p["target"] in cool) for p in planned] == [(hot, "dry_run", True)], planned
+
+        # Evicting, but a PodDisruptionBudget allows no disruption: blocked, counted, nothing evicted.
+        budget = client.V1PodDisruptionBudget(
+            metadata=client.V1ObjectMeta(name=slug, namespace=E2E_NAMESPACE),
+            spec=client.V1PodDisruptionBudgetSpec(
+                min_available=2, selector=client.V1LabelSelector(match_labels={"app": slug})
+            ),
+        )
+        policy.create_namespaced_pod_disruption_budget(E2E_NAMESPACE, budget)
+        wait_until(
+            lambda: (
+                (policy.read_namespaced_pod_disruption_budget(slug, E2E_NAMESPACE).status.current_healthy or 0) == 2
+            ),
+            "the disruption controller to count both pods healthy",
+        )
+        cluster.loadext.set_config(rebalancing(cluster, mode="evict"))
+        wait_until(lambda: counted(cluster, "pdb_blocked") >= 1, "the eviction to be refused by the PDB")
+        assert pods_of(cluster, slug) == placed
+
+        # The budget allows one: one pod is evicted, and its replacement lands on a cool node.
+        policy.patch_namespaced_pod_disruption_budget(slug, E2E_NAMESPACE, {"spec": {"minAvailable": 1}})
+        wait_until(lambda: counted(cluster, "evicted") >= 1, "an eviction", timeout=60)
+
+        def replaced() -> bool:
+            now = pods_of(cluster, slug)
+            return len(now) == 2 and len(set(now) & set(placed)) == 1 and all(now.values())
+
+        wait_until(replaced, "the ReplicaSet to recreate the pod and loadext's scheduler to place it")
+        nodes = sorted(pods_of(cluster, slug).values())
+        assert nodes.count(hot) == 1 and len({n for n in nodes if n != hot} & set(cool)) == 1, nodes
+        assert counted(cluster, "evicted") == 1  # the node then waits out the herd window: no second move yet
+        evicted_uid = next(uid for uid in placed if uid not in pods_of(cluster, slug))
+        events = cluster.core.list_namespaced_event(E2E_NAMESPACE).items
+        on_pod = [e for e in events if e.involved_object.uid == evicted_uid and e.reason == "LoadextRebalance"]
+        assert on_pod and on_pod[0].message.startswith("loadext: node cpu 95% >= 85% for "), on_pod
+        assert on_pod[0].message.endswith("; moving it to a node with room")
+        on_node = [e for e in cluster.core.list_namespaced_event("default").items if e.involved_object.name == hot]
+        assert any(e.reason == "LoadextRebalance" for e in on_node)
+
+        # The hot taint: on while hot, off once cool for coolFor refreshes.
+        cluster.loadext.set_config(rebalancing(cluster, mode="dryRun", taints={"hot": True}))
+        wait_until(lambda: taints(cluster, hot) == [("loadext.io/hot", "PreferNoSchedule")], "the hot taint")
+        assert all(taints(cluster, node) == [] for node in cool)
+        set_load(exporter, {hot: (0.5, 0.3)})
+        wait_until(lambda: taints(cluster, hot) == [], "the hot taint to go once the node cools")
+    finally:
+        kubelet.stop()
+        cluster.loadext.set_config(e2e_config(cluster.proxy.url))
+        apps.delete_namespaced_replica_set(slug, E2E_NAMESPACE)
+        cluster.core.delete_collection_namespaced_pod(
+            E2E_NAMESPACE, label_selector=f"app={slug}", grace_period_seconds=0
+        )
+
+
+def taints(cluster: Cluster, node: str) -> list[tuple[str, str]]:
+    found = cluster.core.read_node(node).spec.taints or []
+    return [(t.key, t.effect) for t in found if t.key.startswith("loadext.io/")]
+
+
+def once(cluster: Cluster, tmp_path: Any) -> list[dict[str, Any]]:
+    """`loadext rebalance --once --dry-run --output json` with the running loadext's config."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(rebalancing(cluster, mode="evict")))
+    result = subprocess.run(
+        [*LOADEXT, "rebalance", "--once", "--config", str(path), "--kubeconfig", str(cluster.plane.admin_kubeconfig),
+         "--dry-run", "--output", "json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
