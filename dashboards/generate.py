@@ -276,6 +276,30 @@ def placement() -> builders.Dashboard:
                 table_format=True,
             ),
         ),
+        with_queries(
+            describe(
+                timeseries.Panel(),
+                "Rebalancer: hot nodes",
+                "Nodes at or above evictAt for hotFor refreshes and not yet cool again (docs/rebalancing.md), on the "
+                "replica that holds the Lease; the others stand by and show 0.",
+                "short",
+                12,
+            ).min(0),
+            query(f"max(loadext_rebalance_hot_nodes{{{SEL}}})", "hot nodes"),
+        ),
+        with_queries(
+            describe(
+                timeseries.Panel(),
+                "Rebalancer: moves by result",
+                "Pods the rebalancer planned to move, by what came of them: evicted, dry_run, pdb_blocked (a "
+                "PodDisruptionBudget said no), no_target, rate_limited, no_candidate, failed.",
+                "ops",
+                12,
+            ).min(0),
+            query(
+                f"sum by (result) (rate(loadext_rebalance_evictions_total{{{SEL}}}[$__rate_interval]))", "{{result}}"
+            ),
+        ),
     ]
     return with_panels(board, panels)
 

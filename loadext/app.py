@@ -109,6 +109,8 @@ class App:
         self.cluster.config_applied(config)
         self._config_applied()
         self.refresher.poke()
+        if self.rebalancer is not None:
+            self.rebalancer.poke()
 
     def _config_applied(self) -> None:
         cluster = self.cluster

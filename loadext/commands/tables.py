@@ -107,7 +107,24 @@ def format_explain(report: dict[str, Any]) -> str:
                 f"{s['name']}: {len(s['unmatchedSeries'])} series match no node: "
                 + ", ".join(s["unmatchedSeries"][:10])
             )
+    lines.extend(_rebalance_lines(report.get("rebalance"), report["time"]))
     return "\n".join(lines)
+
+
+def _rebalance_lines(rebalance: dict[str, Any] | None, now: float) -> list[str]:
+    """The rebalancer's state, the nodes on a streak and its last moves (docs/rebalancing.md)."""
+    if not rebalance or not rebalance["enabled"]:
+        return []
+    lines = ["", f"rebalancer: {rebalance['state']}, mode {rebalance['mode']}"]
+    for node, streaks in sorted(rebalance["nodes"].items()):
+        for s in streaks:
+            value = "no data" if s["value"] is None else f"{s['value'] * 100:.0f}%"
+            state = f"hot for {now - s['since']:.0f}s" if s["hot"] else f"heating ({s['streak']} refreshes)"
+            lines.append(f"  {node} {s['signal']} {value} (evictAt {s['evictAt'] * 100:g}%): {state}")
+    for move in rebalance["last"][:10]:
+        where = move.get("target") or move.get("skipped") or move.get("detail") or ""
+        lines.append(f"  {move['result']}: {move['pod'] or move['node']} ({move['reason']}) {where}".rstrip())
+    return lines
 
 
 def format_replay(steps: dict[str, list[Any]], summary: dict[str, Any]) -> str:

@@ -1,15 +1,12 @@
 """The Kubernetes calls the rebalancer makes: the pods of a node, evictions through the Eviction
-API (policy/v1, so PodDisruptionBudgets hold), Events on the pod and the node, and loadext's
-taints on Nodes. Blocking, like kube.py: callers run them in worker threads.
+API (policy/v1, so PodDisruptionBudgets hold), and loadext's taints on Nodes (its Events go
+through kube.record_event). Blocking, like kube.py: callers run them in worker threads.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -20,10 +17,8 @@ from kubernetes.client.exceptions import ApiException
 from loadext.core.herd.usage import pod_requests
 from loadext.core.rebalance.selection import PodFacts
 from loadext.sources.connection import connection_cause
-from loadext.sources.kube import _timestamp, list_objects
+from loadext.sources.kube import list_objects, rfc3339_seconds
 from loadext.sources.objects import DetailedMeta, DetailedPod, DetailedSpec, PodStatus, requirements
-
-log = logging.getLogger(__name__)
 
 HOT_TAINT = ("loadext.io/hot", "PreferNoSchedule")  # hot nodes: the default scheduler's pods avoid them
 REFUSED_TAINT = ("loadext.io/refused", "NoSchedule")  # refused nodes: cluster-autoscaler sees them full
@@ -60,7 +55,7 @@ def facts(pod: DetailedPod) -> PodFacts:
         evict_annotation=annotations.evict if annotations is not None else None,
         mirror=annotations is not None and annotations.mirror is not None,
         local_storage=any(v.emptyDir is not None or v.hostPath is not None for v in spec.volumes or ()),
-        created=_timestamp(meta.creationTimestamp),
+        created=rfc3339_seconds(meta.creationTimestamp),
         phase=status.phase,
         deleting=meta.deletionTimestamp is not None,
         requests=pod_requests(requirements(spec.containers), requirements(spec.initContainers), spec.overhead or {}),
@@ -98,31 +93,6 @@ def _message(exc: ApiException) -> str:
     except msgspec.DecodeError:
         return str(exc.body or "")[:200]
     return str(body.get("message", ""))[:300] if isinstance(body, dict) else ""
-
-
-def record_event(api: Any, kind: str, name: str, namespace: str, uid: str, reason: str, message: str) -> None:
-    """A Normal Event on a Pod (in its namespace) or a Node (in default, where kubectl describe
-    node finds it); a failure is logged, never raised: the eviction stands either way."""
-    now = datetime.now(UTC)
-    event = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
-        involved_object=client.V1ObjectReference(
-            api_version="v1", kind=kind, name=name, namespace=namespace if kind == "Pod" else None, uid=uid or None
-        ),
-        reason=reason,
-        message=message[:1024],
-        type="Normal",
-        count=1,
-        first_timestamp=now,
-        last_timestamp=now,
-        source=client.V1EventSource(component="loadext"),
-        reporting_component="loadext",
-        reporting_instance=os.environ.get("HOSTNAME", "loadext"),
-    )
-    try:
-        api.create_namespaced_event(namespace, event, _request_timeout=10)
-    except (ApiException, urllib3.exceptions.HTTPError) as exc:
-        log.warning("could not record an Event on %s %s: %s", kind, name, getattr(exc, "status", exc))
 
 
 def set_taints(api: Any, node: str, wanted: Iterable[tuple[str, str]]) -> str:

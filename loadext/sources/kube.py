@@ -112,7 +112,7 @@ def list_objects(list_call: Callable[..., Any], kind: type[Object], **list_args:
     return listed
 
 
-def _timestamp(rfc3339: str | None) -> float:
+def rfc3339_seconds(rfc3339: str | None) -> float:
     try:
         return datetime.fromisoformat(rfc3339).timestamp() if rfc3339 else 0.0
     except ValueError:
@@ -128,7 +128,7 @@ def bound_pod(pod: Pod) -> BoundPod | None:
         if condition.type == "PodScheduled" and condition.status == "True" and condition.lastTransitionTime:
             placed = condition.lastTransitionTime
     finished = status.phase in ("Succeeded", "Failed") or meta.deletionTimestamp is not None
-    return BoundPod(pod.ref(), spec.nodeName, _timestamp(placed), finished)
+    return BoundPod(pod.ref(), spec.nodeName, rfc3339_seconds(placed), finished)
 
 
 class ListWatch(Generic[Object]):
@@ -234,21 +234,40 @@ def read_configmap(api: Any, namespace: str, name: str, key: str) -> str:
 
 def configmap_event(api: Any, configmap: ConfigMap, reason: str, message: str) -> None:
     """A Warning Event on the ConfigMap, where `kubectl describe configmap` shows it."""
-    now = datetime.now(UTC)
     meta = configmap.metadata
+    record_event(
+        api, "ConfigMap", meta.name, meta.namespace, reason, message, "Warning", meta.uid, meta.resourceVersion
+    )
+
+
+def record_event(
+    api: Any,
+    kind: str,
+    name: str,
+    namespace: str,
+    reason: str,
+    message: str,
+    type_: str = "Normal",
+    uid: str = "",
+    resource_version: str = "",
+) -> None:
+    """An Event on an object: namespaced ones in their namespace, a Node in default (where
+    `kubectl describe node` finds it). A failure is logged, never raised: what it reports
+    happened either way."""
+    now = datetime.now(UTC)
     event = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(generate_name=f"{meta.name}.", namespace=meta.namespace),
+        metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
         involved_object=client.V1ObjectReference(
             api_version="v1",
-            kind="ConfigMap",
-            name=meta.name,
-            namespace=meta.namespace,
-            uid=meta.uid,
-            resource_version=meta.resourceVersion,
+            kind=kind,
+            name=name,
+            namespace=None if kind == "Node" else namespace,
+            uid=uid or None,
+            resource_version=resource_version or None,
         ),
         reason=reason,
         message=message[:1024],
-        type="Warning",
+        type=type_,
         count=1,
         first_timestamp=now,
         last_timestamp=now,
@@ -257,15 +276,9 @@ def configmap_event(api: Any, configmap: ConfigMap, reason: str, message: str) -
         reporting_instance=os.environ.get("HOSTNAME", "loadext"),
     )
     try:
-        api.create_namespaced_event(meta.namespace, event)
-    except ApiException as exc:
-        log.warning(
-            "could not record an Event on ConfigMap %s/%s: %s %s",
-            meta.namespace,
-            meta.name,
-            exc.status,
-            exc.reason,
-        )
+        api.create_namespaced_event(namespace, event, _request_timeout=10)
+    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        log.warning("could not record an Event on %s %s/%s: %s", kind, namespace, name, getattr(exc, "status", exc))
 
 
 def annotate_node(api: Any, node: str, key: str, value: str) -> str:

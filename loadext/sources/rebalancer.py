@@ -18,6 +18,7 @@ One cycle:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -36,6 +37,7 @@ from loadext.core.rebalance.selection import Candidate, exclusion
 from loadext.core.rebalance.streaks import SignalHeat
 from loadext.sources import evictions
 from loadext.sources.evictions import HOT_TAINT, REFUSED_TAINT, TAINT_KEYS, ApiUnavailable
+from loadext.sources.kube import record_event
 from loadext.sources.lease import Lease
 from loadext.sources.prometheus import PrometheusSource
 from loadext.sources.query_error import QueryError
@@ -62,7 +64,10 @@ class Done:
     detail: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v != ""}
+        """Every field, but target, skipped and detail only when they say something ("pod" is
+        "" for a step about a whole node)."""
+        optional = ("target", "skipped", "detail")
+        return {k: v for k, v in asdict(self).items() if k not in optional or v != ""}
 
 
 class Rebalancer:
@@ -85,14 +90,22 @@ class Rebalancer:
         self._backoff: dict[str, float] = {}  # pod uid -> until when a PDB refusal is respected
         self._tainted: dict[str, frozenset[tuple[str, str]]] | None = None  # node -> loadext's taints; None: unread
         self._source: tuple[PrometheusConfig, PrometheusSource] | None = None
+        self._wake = asyncio.Event()
+
+    def poke(self) -> None:
+        """A new config: a cycle now, not when the old config's cycle would have ended (a
+        replica turned on, off, or to evict, says so at once)."""
+        self._wake.set()
 
     async def run(self) -> None:
         while True:
+            self._wake.clear()
             try:
                 await self.cycle()
             except Exception:  # one bad cycle must not end the rebalancer
                 log.exception("rebalance cycle failed")
-            await asyncio.sleep(self.state.config.rebalance.cycle)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.state.config.rebalance.cycle)
 
     def close(self) -> None:
         if self._source is not None:
@@ -275,9 +288,9 @@ class Rebalancer:
             return Done(now, step.node, step.pod, step.reason, evicted.result, step.target, detail=evicted.detail)
         self.pacing.evicted(step.node, step.workload, now, window)
         message = f"loadext: {step.reason}; moving it to a node with room"
-        await asyncio.to_thread(evictions.record_event, self.api, "Pod", name, namespace, step.uid, REASON, message)
+        await asyncio.to_thread(record_event, self.api, "Pod", name, namespace, REASON, message, uid=step.uid)
         on_node = f"loadext: {step.reason}; evicted {step.pod} to make room"
-        await asyncio.to_thread(evictions.record_event, self.api, "Node", step.node, "default", "", REASON, on_node)
+        await asyncio.to_thread(record_event, self.api, "Node", step.node, "default", REASON, on_node)
         return Done(now, step.node, step.pod, step.reason, "evicted", step.target)
 
     async def _sync_taints(self, hot: frozenset[str], refused: frozenset[str], policy: Rebalance) -> None:

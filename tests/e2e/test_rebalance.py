@@ -1,9 +1,10 @@
 """The rebalancer on the real control plane, with the real kube-controller-manager (its
 ReplicaSet controller recreates evicted pods; its disruption controller computes PDB status):
 pods placed while a node was cool, then the node runs hot. Dry run plans and evicts nothing (and
-`loadext rebalance --once` prints the same plan); a PodDisruptionBudget blocks the eviction;
-once it allows one, a pod is evicted with Events on it and on its node, and its replacement lands
-on a cool node through loadext's scheduler; the hot taint comes and goes.
+`loadext rebalance --once` prints the same plan); of two replicas exactly one acts; a
+PodDisruptionBudget blocks the eviction; once it allows one, a pod is evicted with Events on it
+and on its node, and its replacement lands on a cool node through loadext's scheduler; the hot
+taint comes and goes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from harness.cluster import (
     E2E_NAMESPACE,
     Cluster,
     FakeKubelet,
+    LoadextProcess,
     e2e_config,
     make_node,
     set_load,
@@ -31,6 +33,10 @@ from harness.exporter import Exporter
 from harness.kubernetes import ROOT, Process, wait_until
 from harness.loadext import LOADEXT
 from harness.metrics_text import metric_if_present
+from harness.prometheus import free_port
+from loadext.commands.tables import format_explain
+from loadext.sources.lease import Lease
+from loadext.telemetry.rebalance import STATES
 
 POD_CORES = 1.6  # each pod's measured usage: 20 % of an 8-core node
 
@@ -83,13 +89,35 @@ def pods_of(cluster: Cluster, slug: str) -> dict[str, str]:
     return {p.metadata.uid: p.spec.node_name or "" for p in listed if not p.metadata.deletion_timestamp}
 
 
-def rebalance_report(cluster: Cluster) -> dict[str, Any]:
-    report: dict[str, Any] = cluster.loadext.get_json("/explain")["rebalance"]
+def rebalance_report(loadext: LoadextProcess) -> dict[str, Any]:
+    report: dict[str, Any] = loadext.get_json("/explain")["rebalance"]
     return report
 
 
-def counted(cluster: Cluster, result: str) -> float:
-    return metric_if_present(cluster.loadext.metrics(), "loadext_rebalance_evictions_total", result=result) or 0.0
+def acting(replicas: tuple[LoadextProcess, ...]) -> LoadextProcess:
+    """The replica that holds the Lease, once one does."""
+    wait_until(lambda: any(state(r) == "active" for r in replicas), "a replica to take the Lease")
+    return next(r for r in replicas if state(r) == "active")
+
+
+def counted(loadext: LoadextProcess, result: str) -> float:
+    return metric_if_present(loadext.metrics(), "loadext_rebalance_evictions_total", result=result) or 0.0
+
+
+def state(loadext: LoadextProcess) -> str:
+    metrics = loadext.metrics()
+    return next(s for s in STATES if metric_if_present(metrics, "loadext_rebalance_state", state=s) == 1)
+
+
+def second_replica(cluster: Cluster) -> LoadextProcess:
+    """Another loadext serving from the same ConfigMap with the same identity, as a second
+    replica of the Deployment would."""
+    port = free_port()
+    argv = [a if not a.startswith("127.0.0.1:") else f"127.0.0.1:{port}" for a in cluster.loadext.argv]
+    process = cluster.plane.spawn("loadext-second", argv)
+    replica = LoadextProcess(f"http://127.0.0.1:{port}", process, cluster.core, cluster.plane, argv)
+    wait_until(lambda: replica.get_json("/explain") is not None, "the second replica", process=process)
+    return replica
 
 
 def test_a_hot_node_sheds_a_pod_within_its_budget_to_a_cool_node(
@@ -106,6 +134,8 @@ def test_a_hot_node_sheds_a_pod_within_its_budget_to_a_cool_node(
     kubelet = FakeKubelet(cluster.core, {hot, *cool}, running)
     apps = client.AppsV1Api(cluster.plane.api())
     policy = client.PolicyV1Api(cluster.plane.api())
+    second = second_replica(cluster)
+    replicas = (cluster.loadext, second)
     try:
         # Placed while the node was cool (the others busy): both replicas land on it.
         placing = {hot: (0.1, 0.3), cool[0]: (0.9, 0.3), cool[1]: (0.9, 0.3)}
@@ -121,13 +151,17 @@ def test_a_hot_node_sheds_a_pod_within_its_budget_to_a_cool_node(
 
         # Dry run: planned, counted, shown; nothing evicted.
         cluster.loadext.set_config(rebalancing(cluster, mode="dryRun"))
-        wait_until(lambda: any(s["result"] == "dry_run" for s in rebalance_report(cluster)["last"]), "a dry run")
-        step = next(s for s in rebalance_report(cluster)["last"] if s["result"] == "dry_run")
+        leader = acting(replicas)
+        wait_until(lambda: any(s["result"] == "dry_run" for s in rebalance_report(leader)["last"]), "a dry run")
+        step = next(s for s in rebalance_report(leader)["last"] if s["result"] == "dry_run")
         assert step["node"] == hot and step["target"] in cool and step["reason"].startswith("node cpu 95% >= 85% for ")
-        assert rebalance_report(cluster)["nodes"][hot][0]["hot"] is True
+        assert rebalance_report(leader)["nodes"][hot][0]["hot"] is True
+        table = format_explain(leader.get_json("/explain"))
+        assert "rebalancer: active, mode dryRun" in table and f"  {hot} cpu 95% (evictAt 85%): hot for " in table
         assert pods_of(cluster, slug) == placed
         planned = once(cluster, tmp_path)  # the SRE's one-shot: the same plan
-        assert [(p["node"], p["result"], p["target"] in cool) for p in planned] == [(hot, "dry_run", True)], planned
+        mine = [(p["result"], p.get("target") in cool) for p in planned if p["node"] == hot]  # other tests' nodes too
+        assert mine == [("dry_run", True)], planned
 
         # Evicting, but a PodDisruptionBudget allows no disruption: blocked, counted, nothing evicted.
         budget = client.V1PodDisruptionBudget(
@@ -144,12 +178,13 @@ def test_a_hot_node_sheds_a_pod_within_its_budget_to_a_cool_node(
             "the disruption controller to count both pods healthy",
         )
         cluster.loadext.set_config(rebalancing(cluster, mode="evict"))
-        wait_until(lambda: counted(cluster, "pdb_blocked") >= 1, "the eviction to be refused by the PDB")
+        wait_until(lambda: sum(counted(r, "pdb_blocked") for r in replicas) >= 1, "the PDB to refuse the eviction")
         assert pods_of(cluster, slug) == placed
+        assert sorted(state(r) for r in replicas) == ["active", "standby"]  # one replica holds the Lease
 
         # The budget allows one: one pod is evicted, and its replacement lands on a cool node.
         policy.patch_namespaced_pod_disruption_budget(slug, E2E_NAMESPACE, {"spec": {"minAvailable": 1}})
-        wait_until(lambda: counted(cluster, "evicted") >= 1, "an eviction", timeout=60)
+        wait_until(lambda: sum(counted(r, "evicted") for r in replicas) >= 1, "an eviction", timeout=60)
 
         def replaced() -> bool:
             now = pods_of(cluster, slug)
@@ -158,7 +193,8 @@ def test_a_hot_node_sheds_a_pod_within_its_budget_to_a_cool_node(
         wait_until(replaced, "the ReplicaSet to recreate the pod and loadext's scheduler to place it")
         nodes = sorted(pods_of(cluster, slug).values())
         assert nodes.count(hot) == 1 and len({n for n in nodes if n != hot} & set(cool)) == 1, nodes
-        assert counted(cluster, "evicted") == 1  # the node then waits out the herd window: no second move yet
+        # One eviction in all: one replica acts, and the node then waits out the herd window.
+        assert sum(counted(r, "evicted") for r in replicas) == 1
         evicted_uid = next(uid for uid in placed if uid not in pods_of(cluster, slug))
         events = cluster.core.list_namespaced_event(E2E_NAMESPACE).items
         on_pod = [e for e in events if e.involved_object.uid == evicted_uid and e.reason == "LoadextRebalance"]
@@ -174,6 +210,8 @@ def test_a_hot_node_sheds_a_pod_within_its_budget_to_a_cool_node(
         set_load(exporter, {hot: (0.5, 0.3)})
         wait_until(lambda: taints(cluster, hot) == [], "the hot taint to go once the node cools")
     finally:
+        second.process.stop()
+        cluster.plane.processes.remove(second.process)
         kubelet.stop()
         cluster.loadext.set_config(e2e_config(cluster.proxy.url))
         apps.delete_namespaced_replica_set(slug, E2E_NAMESPACE)
@@ -198,3 +236,20 @@ def once(cluster: Cluster, tmp_path: Any) -> list[dict[str, Any]]:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_one_replica_holds_the_lease_and_one_that_lost_it_knows_at_once(cluster: Cluster, slug: str) -> None:
+    """The Lease on the real API server: the holder renews, another replica stands by until it
+    expires, and a holder whose Lease was taken away mid-cycle (deleted here, as an SRE might)
+    sees it before its next eviction."""
+    api = client.CoreV1Api(cluster.plane.api())
+    first, second = (Lease(api, "loadext", f"replica-{n}", duration=2.0, name=slug) for n in ("a", "b"))
+    assert first.hold() and first.hold()  # taken, then renewed
+    assert not second.hold() and first.still_held() and not second.still_held()
+    coordination = client.CoordinationV1Api(cluster.plane.api())
+    coordination.delete_namespaced_lease(slug, "loadext")
+    assert not first.still_held()  # what the rebalancer asks before each eviction
+    assert second.hold() and not first.hold()
+    wait_until(first.hold, "the Lease to expire and pass to the replica still renewing", timeout=10)
+    lease = coordination.read_namespaced_lease(slug, "loadext").spec
+    assert lease.holder_identity == first.identity and lease.lease_transitions == 1
