@@ -1,7 +1,8 @@
 """Closed-loop drift benchmark: load rises after placement; the default scheduler, loadext, and
 loadext with its rebalancer, side by side in one run on the real control plane.
 
-    python3 benchmarks/placement/drift.py [--nodes 12] [--replicas 8] [--observe 240] [--out DIR]
+    python3 benchmarks/placement/drift.py [--nodes 12] [--replicas 8] [--drifting 1] [--hot-cores 5]
+                                          [--observe 300] [--out DIR]
 
 The same setup as run.py (real kube-apiserver and kube-scheduler from their Go modules; kwok plays
 the kubelets and serves /metrics/resource from the pods' usage annotations, which a real
@@ -10,8 +11,8 @@ evicted pods, its disruption controller keeps each workload's PodDisruptionBudge
 (maxUnavailable 1) current. Per arm, on nodes of its own:
 
 1. six ReplicaSets are placed while every pod uses 0.4 cores (the cluster is cool);
-2. then three of them drift: their pods (and their template, so replacements do too) use
-   `--hot-cores` each, and the nodes that happen to hold several of them run hot;
+2. then `--drifting` of them drift: their pods (and their template, so replacements do too)
+   use `--hot-cores` each, and the nodes that hold them run hot where their other load is high;
 3. for `--observe` seconds the arm does what it does: nothing (default scheduler, loadext
    without rebalancing), or moves pods off hot nodes (loadext with `rebalance: {mode: evict}`).
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import threading
@@ -65,8 +67,7 @@ from harness.kubernetes import ControlPlane, build_components, wait_until  # noq
 from harness.loadext import ready, serve_argv  # noqa: E402
 from harness.prometheus import PrometheusServer, free_port  # noqa: E402
 
-WORKLOADS = ("web", "api", "cart", "search", "feed", "mail")
-DRIFTING = ("api", "search", "mail")
+WORKLOADS = ("web", "api", "cart", "search", "feed", "mail")  # the first --drifting of them drift
 COOL_CORES = 0.4
 HOT_FOR, CYCLE = 3, "5s"
 WINDOW = RATE_WINDOW + 5  # the herd window: a new pod's usage fills the node signal's rate() by then
@@ -179,6 +180,14 @@ def fewest_moves(api: Any, prefix: str, nodes: list[str]) -> int:
     return moves
 
 
+def outcomes(port: int) -> dict[str, float]:
+    """loadext_rebalance_evictions_total by result, now."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    found = re.findall(r'^loadext_rebalance_evictions_total\{result="(\w+)"\} (\S+)$', text, re.MULTILINE)
+    return {result: float(value) for result, value in found}
+
+
 def moved_to(port: int) -> list[tuple[float, str]]:
     """(when, target) of each eviction in loadext's last moves (/explain)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/explain", timeout=5) as reply:
@@ -270,8 +279,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=12)
     parser.add_argument("--replicas", type=int, default=8, help="pods per workload (six workloads)")
-    parser.add_argument("--hot-cores", type=float, default=4.0, help="what a drifting pod uses after the drift")
-    parser.add_argument("--observe", type=float, default=240.0, help="seconds after the drift")
+    parser.add_argument("--drifting", type=int, default=1, help="workloads whose usage rises")
+    parser.add_argument("--hot-cores", type=float, default=5.0, help="what a drifting pod uses after the drift")
+    parser.add_argument("--observe", type=float, default=300.0, help="seconds after the drift")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="loadext-drift-"))
@@ -365,10 +375,11 @@ def main() -> int:
                 p["metadata"]["name"] for p in list_pods(api) if p["metadata"]["name"].startswith(f"{prefix}-")
             }
             config.write_text(yaml.safe_dump(loadext_config(prom.url, rebalance=rebalance)))
+            before = outcomes(port)
             watch = Watch(api, prefix, args.replicas)
             drifts[label] = time.time()
             hot = millicores(args.hot_cores)
-            for workload in DRIFTING:
+            for workload in WORKLOADS[: args.drifting]:
                 name = f"{prefix}-{workload}"
                 apps.patch_namespaced_replica_set(
                     name, NAMESPACE, {"spec": {"template": {"metadata": {"annotations": {USAGE_CPU: hot}}}}}
@@ -385,6 +396,9 @@ def main() -> int:
             watch.stop()
             truth.stop()
             results[label] = {**measure(truth, watch, drifts[label], originals, targets), "fewest moves needed": least}
+            after = outcomes(port)
+            planned = {r: int(after[r] - before.get(r, 0.0)) for r in after if after[r] > before.get(r, 0.0)}
+            results[label]["rebalancer steps by result"] = ", ".join(f"{r} {n}" for r, n in sorted(planned.items()))
             print(f"{label}: {results[label]}", file=sys.stderr)
             config.write_text(yaml.safe_dump(loadext_config(prom.url, rebalance=False)))
             for workload in WORKLOADS:  # the arm's pods go, so that the next arm's rebalancer sees none
@@ -407,7 +421,13 @@ def table(results: dict[str, Any]) -> str:
         for label in labels:
             value = results[label].get(metric)
             cells.append(
-                f"{value:.0%}" if "CPU" in metric else f"{value:.2f}" if isinstance(value, float) else str(value)
+                f"{value:.0%}"
+                if "CPU" in metric
+                else f"{value:.2f}"
+                if isinstance(value, float)
+                else str(value)
+                if value != ""
+                else "-"
             )
         rows.append(f"| {metric} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

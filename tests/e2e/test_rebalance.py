@@ -203,12 +203,13 @@ def test_a_hot_node_sheds_a_pod_within_its_budget_to_a_cool_node(
         on_node = [e for e in cluster.core.list_namespaced_event("default").items if e.involved_object.name == hot]
         assert any(e.reason == "LoadextRebalance" for e in on_node)
 
-        # The hot taint: on while hot, off once cool for coolFor refreshes.
-        cluster.loadext.set_config(rebalancing(cluster, mode="dryRun", taints={"hot": True}))
-        wait_until(lambda: taints(cluster, hot) == [("loadext.io/hot", "PreferNoSchedule")], "the hot taint")
+        # The taints: hot while hot, refused while the filter refuses it; gone once it cools.
+        cluster.loadext.set_config(rebalancing(cluster, mode="dryRun", taints={"hot": True, "refused": True}))
+        both = [("loadext.io/hot", "PreferNoSchedule"), ("loadext.io/refused", "NoSchedule")]
+        wait_until(lambda: taints(cluster, hot) == both, "the hot taint, and the refused one (95 % > 80 %)")
         assert all(taints(cluster, node) == [] for node in cool)
         set_load(exporter, {hot: (0.5, 0.3)})
-        wait_until(lambda: taints(cluster, hot) == [], "the hot taint to go once the node cools")
+        wait_until(lambda: taints(cluster, hot) == [], "the taints to go once the node cools")
     finally:
         second.process.stop()
         cluster.plane.processes.remove(second.process)

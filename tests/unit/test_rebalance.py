@@ -4,6 +4,7 @@ may move, the fewest that bring a node back, and the limits of a cycle."""
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import replace
 
 import pytest
@@ -12,11 +13,15 @@ from hypothesis import strategies as st
 
 from loadext.config import ConfigError, parse_config
 from loadext.config.schema import Rebalance, Signal
+from loadext.core.cluster import Cluster
 from loadext.core.herd.usage import Usage
-from loadext.core.rebalance.plan import HotNode, Pacing, plan
+from loadext.core.rebalance.plan import HotNode, Pacing, Step, plan
 from loadext.core.rebalance.selection import SYSTEM_CLUSTER_CRITICAL, Candidate, PodFacts, choose, exclusion
 from loadext.core.rebalance.streaks import HotStreaks, SignalHeat
-from loadext.core.snapshot import Sample, Snapshot
+from loadext.core.requests import NodeInfo
+from loadext.core.snapshot import Sample, SignalValues, Snapshot
+from loadext.sources.rebalancer import Rebalancer
+from loadext.telemetry import Telemetry
 
 BASE = "prometheus: {url: http://p:9090}\n"
 CPU = Signal("cpu", "q", threshold=0.8)  # evictAt: 0.85 by default
@@ -275,3 +280,74 @@ def test_a_node_waits_out_the_herd_window_and_a_workload_moves_one_pod_at_a_time
     assert steps[1].result == "rate_limited" and "shop/Deployment/web has 1 pod(s) moving" in steps[1].skipped
     later = plan(nodes, POLICY, pacing, 300.0, NOW + 250, lambda c, s: "cool-1")
     assert [s.result for s in later] == ["planned", "rate_limited"]  # the same workload: one at a time
+
+
+# --- the Cluster's side of the port, and the rebalancer's cycle ---------------------------------
+
+
+def cluster_with(values: dict[str, float], rebalance: str = "{enabled: true, hotFor: 1}") -> Cluster:
+    config = parse_config(BASE + f"signals: [{{name: cpu, query: q, threshold: 0.8}}]\nrebalance: {rebalance}")
+    cluster = Cluster(config)
+    cluster.nodes_listed([NodeInfo(name, (), {"zone": "a"}, {"cpu": "10", "memory": "32Gi"}) for name in values])
+    cluster.refreshed([SignalValues("cpu", values, time.time())])
+    return cluster
+
+
+def test_a_target_passes_the_filter_with_the_pod_added() -> None:
+    cluster = cluster_with({"hot": 0.95, "warm": 0.7, "cool": 0.3})
+    assert cluster.heat().hot().keys() == {"hot"}
+    assert [room.node for room in cluster.passing_with(Usage(0.5, 0.0), excluding="hot")] == ["cool", "warm"]
+    # 2 cores of 10 are 20 %: warm (70 %) would end at 90 %, over its 80 % threshold
+    rooms = cluster.passing_with(Usage(2.0, 0.0), excluding="hot")
+    assert [(room.node, room.labels["zone"], room.allocatable["cpu"]) for room in rooms] == [("cool", "a", 10.0)]
+
+
+class FakeLease:
+    """Held for the first `held` checks, then lost (taken away mid-cycle)."""
+
+    def __init__(self, held: int) -> None:
+        self.checks, self.held, self.duration = 0, held, 0.0
+
+    def hold(self) -> bool:
+        return True
+
+    def still_held(self) -> bool:
+        self.checks += 1
+        return self.checks <= self.held
+
+
+class FakeApi:
+    """Records evictions and Events; fails the test on anything else."""
+
+    def __init__(self) -> None:
+        self.evicted: list[str] = []
+
+    def create_namespaced_pod_eviction(self, name: str, namespace: str, body: object, **_: object) -> None:
+        self.evicted.append(f"{namespace}/{name}")
+
+    def create_namespaced_event(self, namespace: str, event: object, **_: object) -> None:
+        pass
+
+
+async def test_a_lease_lost_mid_cycle_evicts_nothing_more() -> None:
+    api = FakeApi()
+    rebalancer = Rebalancer(cluster_with({"n": 0.5}), api, Telemetry().rebalance, FakeLease(held=1))  # type: ignore[arg-type]
+    steps = [
+        Step("n1", f"shop/p{i}", "node cpu 95% >= 85% for 1m", target="cool", uid=f"u{i}", workload=f"w{i}")
+        for i in range(3)
+    ]
+    done = await rebalancer._carry_out(steps, dry_run=False, window=60.0)
+    assert api.evicted == ["shop/p0"]
+    assert [(d.result, d.skipped) for d in done] == [
+        ("evicted", ""),
+        ("rate_limited", "the Lease was lost"),
+        ("rate_limited", "the Lease was lost"),
+    ]
+
+
+async def test_no_fresh_metrics_pauses_the_rebalancer_before_any_api_call() -> None:
+    config = parse_config(BASE + "signals: [{name: cpu, query: q, threshold: 0.8}]\nrebalance: {enabled: true}")
+    telemetry = Telemetry()
+    rebalancer = Rebalancer(Cluster(config), object(), telemetry.rebalance)  # an API that has nothing: never called
+    assert await rebalancer.cycle() == [] and rebalancer.status == "paused"
+    assert rebalancer.report()["state"] == "paused"
