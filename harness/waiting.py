@@ -22,3 +22,11 @@ async def eventually(check: Callable[[], Awaitable[Any]], within: float = 10.0, 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {within}s; last: {last}")
         await asyncio.sleep(interval)
+
+
+def wait_until(condition: Callable[[], bool], message: str, within: float = 20.0) -> None:
+    """The same for a plain condition, from a test that is not async."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, message
+        time.sleep(0.02)

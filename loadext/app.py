@@ -35,6 +35,7 @@ from loadext.http.server import ServerState, create_app, create_ops_app, install
 from loadext.sources import kube, requeue, watches
 from loadext.sources.lease import Lease, holder_identity
 from loadext.sources.query_error import ERROR_KINDS
+from loadext.sources.readiness import Readiness
 from loadext.sources.rebalancer import Done, Rebalancer
 from loadext.sources.refresher import Refresher
 from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
@@ -91,6 +92,8 @@ class App:
         self.refresher = Refresher(self.cluster, self.telemetry.refresh, self.telemetry.herd)
         self.reloader = ConfigReloader(text, self.apply, self.telemetry.reload)
         self.server = ServerState(self.cluster, self.extender, self.telemetry, self.bind, limits or Limits())
+        self.readiness = Readiness(lambda: self.cluster.ready)
+        self.server.waiting_for = self.readiness.waiting_for
         self.rebalancer: Rebalancer | None = None  # with an API client: built in _background
         self.config_watcher = ConfigFileWatcher(config_path, self.reloader, reload_interval) if config_path else None
         self.configmap = configmap
@@ -138,6 +141,8 @@ class App:
 
     async def _background(self, _: web.Application) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(self.refresher.run(), name="refresher")]
+        tasks.append(asyncio.create_task(self.readiness.supervise(), name="readiness"))
+        health = self.telemetry.watches.health_of
         if self.config_watcher is not None:
             tasks.append(asyncio.create_task(self.config_watcher.run(), name="config-watcher"))
         stops: list[threading.Event] = []  # one per watch thread
@@ -145,14 +150,17 @@ class App:
         if self.watch_nodes and api is None:
             log.warning("--watch-nodes needs a Kubernetes API client; node addresses come from requests only")
         elif self.watch_nodes:
-            stops.append(watches.watch_nodes(api, self.cluster, self.telemetry.watches.health_of("nodes")).stop)
+            nodes = self.readiness.tracked("nodes", health("nodes"))
+            stops.append(watches.watch_nodes(api, self.cluster, nodes).stop)
         if self.configmap is not None and api is not None:
-            health = self.telemetry.watches.health_of("configmap")
-            stops.append(watches.watch_configmap(api, self.configmap, self.reloader, health).stop)
+            configmap = self.readiness.tracked("configmap", health("configmap"))
+            stops.append(watches.watch_configmap(api, self.configmap, self.reloader, configmap).stop)
         if api is not None:
-            pods = watches.supervise_pod_watch(
-                api, self.cluster, self.telemetry.watches.health_of("pods"), self.telemetry.watches.unwatched("pods")
-            )
+            # Readiness waits for the pod list only when the herd guard is on from the start.
+            pod_health = health("pods")
+            if self.cluster.config.herd_guard.enabled:
+                pod_health = self.readiness.tracked("pods", pod_health)
+            pods = watches.supervise_pod_watch(api, self.cluster, pod_health, self.telemetry.watches.unwatched("pods"))
             tasks.append(asyncio.create_task(pods, name="pod-watch"))
         elif self.cluster.config.herd_guard.enabled:
             log.warning("herdGuard needs a Kubernetes API client to watch pods; only loadext's own binds count")

@@ -194,10 +194,10 @@ class Cluster:
     def nodes_named(self, names: list[str]) -> None:
         self.directory.observe(names)
 
-    def pods_listed(self, pods: list[BoundPod]) -> None:
+    def pods_listed(self, pods: list[BoundPod], first: bool = True, last: bool = True) -> None:
         for pod in pods:
             self.stranded.release(pod.uid)
-        self.ledger.pods_listed(pods)
+        self.ledger.pods_listed(pods, first, last)
 
     def pod_bound(self, pod: BoundPod) -> None:
         self.stranded.release(pod.uid)

@@ -97,8 +97,9 @@ class Ingest(Protocol):
     def nodes_named(self, names: list[str]) -> None:
         """Nodes known by name only (a CLI argument, a request)."""
 
-    def pods_listed(self, pods: list[BoundPod]) -> None:
-        """A full list of bound pods: it replaces what the pod watch told before."""
+    def pods_listed(self, pods: list[BoundPod], first: bool = True, last: bool = True) -> None:
+        """A page of a full list of bound pods (the list is paginated): the first page starts
+        the list over, the last one makes the whole list replace what the watch told before."""
 
     def pod_bound(self, pod: BoundPod) -> None: ...
 

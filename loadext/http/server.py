@@ -63,13 +63,14 @@ class Answer:
 class ServerState:
     """What the HTTP layer serves from; app.py builds it and runs the background jobs."""
 
-    cluster: Cluster  # what readiness and explain read
+    cluster: Cluster  # what explain reads
     extender: Extender  # the verbs
     telemetry: Telemetry
     bind: Binder
     limits: Limits = field(default_factory=Limits)
     rebalance_report: Callable[[], dict[str, Any]] | None = None  # /explain's "rebalance" (the rebalancer runs)
     draining: bool = False  # set on SIGTERM: readiness false, connections closed after each reply
+    waiting_for: Callable[[], list[str]] = list  # what readiness waits for (sources/readiness.py)
     codec: Codec = field(default_factory=Codec)  # its caches are this server's, not the process's
     admission: Admission = field(init=False)
     body_budget: BodyBudget = field(init=False)
@@ -250,7 +251,6 @@ STATE = web.AppKey("state", ServerState)
 
 def _ops_routes(app: web.Application, state: ServerState) -> None:
     """Health and metrics: on the main port, and alone on the plain --metrics-listen port."""
-    cluster = state.cluster
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -258,9 +258,10 @@ def _ops_routes(app: web.Application, state: ServerState) -> None:
     async def readyz(_: web.Request) -> web.Response:
         if state.draining:
             return web.Response(status=503, text="shutting down\n")
-        if cluster.ready:
+        waiting = state.waiting_for()
+        if not waiting:
             return web.Response(text="ready\n")
-        return web.Response(status=503, text="waiting for the first refresh\n")
+        return web.Response(status=503, text=f"waiting for {', '.join(waiting)}\n")
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

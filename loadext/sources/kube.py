@@ -131,21 +131,42 @@ def bound_pod(pod: Pod) -> BoundPod | None:
     return BoundPod(pod.ref(), spec.nodeName, rfc3339_seconds(placed), finished)
 
 
+def whole_lists(on_list: Callable[[list[Object]], None]) -> Callable[[list[Object], bool, bool], None]:
+    """An on_page for a kind whose full list is small (Nodes' facts, the ConfigMap): the
+    pages gathered, and the whole list handed over once its last page came."""
+    gathered: list[Object] = []
+
+    def on_page(items: list[Object], first: bool, last: bool) -> None:
+        if first:
+            gathered.clear()
+        gathered.extend(items)
+        if last:
+            on_list(gathered.copy())
+            gathered.clear()
+
+    return on_page
+
+
 class ListWatch(Generic[Object]):
     """List, then watch from that resourceVersion, and watch again from the last one seen when
-    the server ends the watch; re-list on 410 Gone or any error, with a capped backoff. `on_list`
-    gets the full list (so whatever changed while the API server was unreachable, deletions
-    included, is replaced, not kept stale), `on_event` each later change, `on_health` True after
-    each successful list and False on each failure.
+    the server ends the watch; re-list on 410 Gone or any error, with a capped backoff.
+    `on_page` gets the list page by page (PAGE_SIZE objects, as client-go's reflector asks
+    for), told which page is the first and which the last: the full list replaces whatever was
+    told before, deletions included, and a list restarted midway (its continue token expired:
+    410) starts again at a first page. `on_event` gets each later change, `on_health` True
+    after each successful list and False on each failure.
 
+    Pages keep the high-water flat: 150 000 pods are never one body, nor decoded at once.
     The kubernetes client makes the calls (auth, TLS, kubeconfig), but the bodies are decoded by
     msgspec into `kind`: only the fields loadext reads, in C, line by line of the stream."""
+
+    PAGE_SIZE = 500
 
     def __init__(
         self,
         list_call: Callable[..., Any],
         kind: type[Object],
-        on_list: Callable[[list[Object]], None],
+        on_page: Callable[[list[Object], bool, bool], None],
         on_event: Callable[[str, Object], None],
         on_health: Callable[[bool], None] = lambda healthy: None,
         **list_args: Any,
@@ -153,7 +174,7 @@ class ListWatch(Generic[Object]):
         self.list_call = list_call
         self.kind: type[Object] = kind
         self.list_args = list_args
-        self.on_list: Callable[[list[Object]], None] = on_list
+        self.on_page: Callable[[list[Object], bool, bool], None] = on_page
         self.on_event: Callable[[str, Object], None] = on_event
         self.on_health = on_health
         self.stop = threading.Event()
@@ -166,10 +187,9 @@ class ListWatch(Generic[Object]):
         backoff = 1.0
         while not self.stop.is_set():
             try:
-                listed = list_objects(self.list_call, self.kind, **self.list_args)
-                version = listed.metadata.resourceVersion
-                self.on_list(listed.items or [])
-                del listed  # the watch below runs for hours: do not hold every listed object through it
+                version = self._list()
+                if version is None:  # the continue token expired midway: list again from the start
+                    continue
                 self.on_health(True)
                 backoff = 1.0
                 while version and not self.stop.is_set():
@@ -184,6 +204,23 @@ class ListWatch(Generic[Object]):
             self.on_health(False)
             self.stop.wait(backoff)
             backoff = min(backoff * 2, 30.0)
+
+    def _list(self) -> str | None:
+        """The full list, page by page to on_page; its resourceVersion, or None when the
+        server expired the continue token before the last page (410 Gone)."""
+        token: str | None = None
+        while True:
+            try:
+                page = list_objects(self.list_call, self.kind, limit=self.PAGE_SIZE, _continue=token, **self.list_args)
+            except ApiException as exc:
+                if exc.status == 410 and token is not None:
+                    log.info("listing again from the start: the list's continue token expired (410 Gone)")
+                    return None
+                raise
+            self.on_page(page.items or [], token is None, not page.metadata.continue_)
+            if not page.metadata.continue_:
+                return page.metadata.resourceVersion
+            token = page.metadata.continue_
 
     def _watch(self, version: str) -> str:
         """One watch request from `version`, until the server ends it (its timeout); returns the

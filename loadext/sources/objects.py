@@ -193,6 +193,7 @@ class ConfigMap(Decoded):
 
 class ListMeta(Decoded):
     resourceVersion: str = ""
+    continue_: str = msgspec.field(name="continue", default="")  # the next page's token, "" on the last
 
 
 class WatchEvent(Decoded):

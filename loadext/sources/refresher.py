@@ -48,6 +48,13 @@ class Refresher:
         self._wake.set()
 
     async def refresh_once(self) -> None:
+        started = time.perf_counter()
+        try:
+            await self._refresh()
+        finally:
+            self.metrics.round_took(time.perf_counter() - started)
+
+    async def _refresh(self) -> None:
         config = self.ingest.config
         source = self._current_source()
         signals = asyncio.gather(*(self._query(source, s.name, config.query_for(s)) for s in config.signals))

@@ -45,7 +45,7 @@ def watch_nodes(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Node
         else:
             loop.call_soon_threadsafe(ingest.node_seen, node.info())
 
-    return kube.ListWatch(api.list_node, Node, on_list, on_event, health).start()
+    return kube.ListWatch(api.list_node, Node, kube.whole_lists(on_list), on_event, health).start()
 
 
 async def supervise_pod_watch(api: Any, ingest: Ingest, health: Health, unwatched: Callable[[], None]) -> None:
@@ -73,9 +73,9 @@ def _watch_pods(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Pod]
     """Bound pods feed the herd guard's in-flight accounting."""
     loop = asyncio.get_running_loop()
 
-    def on_list(pods: list[Pod]) -> None:
+    def on_page(pods: list[Pod], first: bool, last: bool) -> None:
         bound = [b for b in (kube.bound_pod(p) for p in pods) if b is not None]
-        loop.call_soon_threadsafe(ingest.pods_listed, bound)
+        loop.call_soon_threadsafe(ingest.pods_listed, bound, first, last)
 
     def on_event(kind: str, pod: Pod) -> None:
         bound = kube.bound_pod(pod)
@@ -87,7 +87,7 @@ def _watch_pods(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Pod]
             loop.call_soon_threadsafe(ingest.pod_bound, bound)
 
     return kube.ListWatch(
-        api.list_pod_for_all_namespaces, Pod, on_list, on_event, health, field_selector="spec.nodeName!="
+        api.list_pod_for_all_namespaces, Pod, on_page, on_event, health, field_selector="spec.nodeName!="
     ).start()
 
 
@@ -125,7 +125,7 @@ def watch_configmap(api: Any, ref: ConfigMapRef, reloader: ConfigReloader, healt
     return kube.ListWatch(
         api.list_namespaced_config_map,
         ConfigMap,
-        on_list,
+        kube.whole_lists(on_list),
         on_event,
         health,
         namespace=ref.namespace,

@@ -10,6 +10,7 @@ from loadext.core.ingest import EndpointState, MappingReport
 from loadext.core.snapshot import Snapshot
 
 QUERY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+ROUND_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class RefreshMetrics:
@@ -19,6 +20,12 @@ class RefreshMetrics:
             "Prometheus query time per signal.",
             ["signal"],
             buckets=QUERY_BUCKETS,
+            registry=r,
+        )
+        self.round_duration = Histogram(
+            "loadext_refresh_duration_seconds",
+            "Whole refresh rounds: every query, the pods' usage, storing and deciding, publishing.",
+            buckets=ROUND_BUCKETS,
             registry=r,
         )
         self.query_errors = Counter(
@@ -95,6 +102,9 @@ class RefreshMetrics:
 
     def values_dropped(self, signal: str, count: int) -> None:
         self.invalid_values.labels(signal).inc(count)
+
+    def round_took(self, seconds: float) -> None:
+        self.round_duration.observe(seconds)
 
     def round_published(self, snapshot: Snapshot, mapping: Mapping[str, MappingReport], signals: Iterable[str]) -> None:
         for name, report in mapping.items():

@@ -16,7 +16,9 @@ import yaml
 from harness.exporter import Exporter
 from harness.inprocess import live_config, set_load
 from harness.loadext import serve_argv, wait_ready
+from harness.metrics_text import metric_if_present
 from harness.prometheus import PrometheusServer, free_port
+from harness.waiting import wait_until
 from harness.wire import fixture_bytes
 
 
@@ -85,6 +87,47 @@ def test_serve_answers_the_scheduler_and_stops_cleanly_on_sigterm(
         output = proc.communicate(timeout=20)[0].decode()
     assert proc.returncode == 0, output
     assert "serving on 127.0.0.1" in output
+
+
+def test_readyz_waits_for_every_watchs_initial_list_not_only_the_first_refresh(
+    prometheus: PrometheusServer, exporter: Exporter, case: str, tmp_path: Path
+) -> None:
+    """An API server that refuses: the refresh rounds run, but a replica whose Node watch never
+    listed would decide without allocatable or pools, so it is not ready and says why."""
+    set_load(exporter, case, {"n1": 0.2}, {"n1": 0.2})
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(live_config(prometheus.url, case)))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{free_port()}'}}}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = serve_argv(config, port, "--kubeconfig", str(kubeconfig), "--watch-nodes")
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+
+        def refreshed_while_the_watch_fails() -> bool:
+            assert proc.poll() is None, "loadext exited"
+            try:
+                status, text = get(url + "/metrics")
+            except OSError:  # not listening yet
+                return False
+            metrics = text.decode()
+            rounds = metric_if_present(metrics, "loadext_refresh_duration_seconds_count") or 0
+            return (
+                status == 200
+                and rounds >= 1
+                and metric_if_present(metrics, "loadext_kube_watch_healthy", resource="nodes") == 0
+            )
+
+        wait_until(refreshed_while_the_watch_fails, "no refresh round with the Node watch failing")
+        assert get(url + "/readyz") == (503, b"waiting for the nodes watch's initial list\n")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 def test_explain_prints_the_why_not_table(

@@ -13,7 +13,6 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -26,6 +25,7 @@ from harness.loadext import serve_argv, wait_ready
 from harness.prometheus import PrometheusServer, free_port
 from harness.rawhttp import head, read_reply
 from harness.service import Service
+from harness.waiting import wait_until
 from harness.wire import fixture_bytes
 
 BODY = fixture_bytes("filter-names.json")
@@ -134,9 +134,9 @@ def test_rolling_restart_of_two_replicas_drops_no_request(config: Path) -> None:
     service = Service(ports)
     load = None
     try:
-        _await(lambda: len(service.ready) == 2, "the Service never saw both replicas ready")
+        wait_until(lambda: len(service.ready) == 2, "the Service never saw both replicas ready")
         load = Load(service.port)
-        _await(lambda: load.results["200"] > 200, "no traffic through the Service")
+        wait_until(lambda: load.results["200"] > 200, "no traffic through the Service")
         first_round = service.connections.get(ports[0], 0)
         for i, port in enumerate(ports):  # one replica at a time, as a Deployment's rolling update does
             signalled = time.monotonic()
@@ -144,11 +144,11 @@ def test_rolling_restart_of_two_replicas_drops_no_request(config: Path) -> None:
             assert replicas[i].wait(timeout=DELAY + TIMEOUT + 5) == 0
             assert time.monotonic() - signalled < DELAY + TIMEOUT
             replicas[i] = start(config, port)
-            _await(lambda p=port: p in service.ready, "the Service never saw the new replica ready")
+            wait_until(lambda p=port: p in service.ready, "the Service never saw the new replica ready")
         # Keep-alive connections stay where they are: the first new replica took over the
         # connections the second one closed while draining.
-        _await(lambda: service.connections.get(ports[0], 0) > first_round, "the new replica got no traffic")
-        _await(lambda: load.results["200"] > 1000, "too little traffic")
+        wait_until(lambda: service.connections.get(ports[0], 0) > first_round, "the new replica got no traffic")
+        wait_until(lambda: load.results["200"] > 1000, "too little traffic")
     finally:
         results = load.stop() if load is not None else Counter()
         service.close()
@@ -157,10 +157,3 @@ def test_rolling_restart_of_two_replicas_drops_no_request(config: Path) -> None:
             proc.wait(timeout=20)
     print(f"rolling restart: {results}")
     assert set(results) == {"200"}, f"dropped requests: {results}"
-
-
-def _await(condition: Callable[[], bool], message: str, within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, message
-        time.sleep(0.02)

@@ -12,9 +12,10 @@ from typing import Any
 
 import msgspec
 import orjson
+from kubernetes.client.exceptions import ApiException
 
 from loadext.http.protocol import Codec
-from loadext.sources.kube import ListWatch, bound_pod
+from loadext.sources.kube import ListWatch, bound_pod, whole_lists
 from loadext.sources.objects import Node, Pod
 
 
@@ -42,28 +43,35 @@ def event(kind: str, obj: dict[str, Any]) -> bytes:
 class Server:
     """Answers each call from a script; records the versions asked for; stops the watch at the end."""
 
-    def __init__(self, script: list[bytes], watch: ListWatch[Pod] | None = None) -> None:
+    def __init__(self, script: list[bytes | ApiException], watch: ListWatch[Pod] | None = None) -> None:
         self.script = script
         self.calls: list[tuple[str, str]] = []
         self.watch = watch
 
     def __call__(self, **args: Any) -> Reply:
         assert args.pop("_preload_content") is False
-        self.calls.append(("watch" if args.get("watch") else "list", args.get("resource_version", "")))
+        if args.get("watch"):
+            self.calls.append(("watch", args["resource_version"]))
+        else:
+            assert args["limit"] == ListWatch.PAGE_SIZE
+            self.calls.append(("list", args["_continue"] or ""))
         if not self.script:
             assert self.watch is not None
             self.watch.stop.set()
             return Reply(b"")
-        return Reply(self.script.pop(0))
+        answer = self.script.pop(0)
+        if isinstance(answer, ApiException):
+            raise answer
+        return Reply(answer)
 
 
-def run(script: list[bytes]) -> tuple[Server, list[tuple[str, Any]]]:
+def run(script: list[bytes | ApiException]) -> tuple[Server, list[tuple[str, Any]]]:
     seen: list[tuple[str, Any]] = []
     server = Server(script)
     watch = ListWatch(
         server,
         Pod,
-        lambda pods: seen.append(("list", [p.metadata.name for p in pods if p.metadata])),
+        whole_lists(lambda pods: seen.append(("list", [p.metadata.name for p in pods if p.metadata]))),
         lambda kind, p: seen.append((kind, p.metadata.name if p.metadata else None)),
         field_selector="spec.nodeName!=",
     )
@@ -76,8 +84,48 @@ def run(script: list[bytes]) -> tuple[Server, list[tuple[str, Any]]]:
     return server, seen
 
 
-def listing(version: str, *pods: dict[str, Any]) -> bytes:
-    return orjson.dumps({"metadata": {"resourceVersion": version}, "items": list(pods)})
+def listing(version: str, *pods: dict[str, Any], more: str = "") -> bytes:
+    return orjson.dumps({"metadata": {"resourceVersion": version, "continue": more}, "items": list(pods)})
+
+
+def test_a_list_comes_in_pages_and_an_expired_token_starts_it_over_without_losing_pods() -> None:
+    """As client-go's reflector: limit/continue; a continue token the server no longer
+    honours (410 Gone: etcd compacted past the list's version) lists again from the start,
+    and the pages of the broken list never make a list of their own."""
+    expired = ApiException(status=410, reason="Gone")
+    pages: list[tuple[list[str], bool, bool]] = []
+    server = Server(
+        [
+            listing("10", pod("a", "9"), pod("b", "9"), more="t1"),
+            listing("10", pod("c", "9"), more="t2"),
+            expired,
+            listing("20", pod("a", "9"), more="t3"),
+            listing("20", pod("c", "9"), pod("d", "19")),
+            event("ADDED", pod("e", "21")),
+        ]
+    )
+    watch = ListWatch(
+        server,
+        Pod,
+        lambda items, first, last: pages.append(([p.metadata.name for p in items if p.metadata], first, last)),
+        lambda kind, p: pages.append(([kind], False, False)),
+    )
+    server.watch = watch
+    watch.run()
+    lists = [("list", ""), ("list", "t1"), ("list", "t2"), ("list", ""), ("list", "t3")]
+    assert server.calls == [*lists, ("watch", "20"), ("watch", "21")]
+    assert pages == [
+        (["a", "b"], True, False),
+        (["c"], False, False),
+        (["a"], True, False),  # the broken list's pages are dropped by the next first page
+        (["c", "d"], False, True),
+        (["ADDED"], False, False),
+    ]
+    whole: list[list[str]] = []
+    gather = whole_lists(lambda items: whole.append(list(items)))
+    for names, first, last in pages[:4]:
+        gather(names, first, last)  # type: ignore[arg-type]
+    assert whole == [["a", "c", "d"]]
 
 
 def test_watch_goes_on_from_the_last_version_seen_and_bookmarks_only_move_it() -> None:
@@ -113,7 +161,9 @@ def test_a_bookmark_is_no_object_of_the_kind_watched() -> None:
     seen: list[str] = []
     node = {"metadata": {"name": "n1", "resourceVersion": "12"}}
     server = Server([listing("10"), event("BOOKMARK", {"metadata": {"resourceVersion": "11"}}) + event("ADDED", node)])
-    watch = ListWatch(server, Node, lambda nodes: seen.append("list"), lambda kind, n: seen.append(n.metadata.name))
+    watch = ListWatch(
+        server, Node, whole_lists(lambda nodes: seen.append("list")), lambda kind, n: seen.append(n.metadata.name)
+    )
     watch.on_health = lambda healthy: seen.append(f"healthy={healthy}")
     server.watch = watch  # type: ignore[assignment]
     watch.run()

@@ -90,9 +90,13 @@ class InFlight:
         self._log_base = 0
         self.version = 0  # bumps on every change: decisions depending on it are stale
 
+    def counts(self, placed_at: float, now: float) -> bool:
+        """Whether a pod placed then is within the window now (else the metrics show it)."""
+        return now < placed_at + self.window
+
     def place(self, uid: str, placement: Placement, now: float) -> None:
         """A pod bound to a node (from the pod watch, or loadext's own bind)."""
-        if now >= placement.placed_at + self.window:
+        if not self.counts(placement.placed_at, now):
             self.remove(uid)  # placed long ago: the metrics show it already
             return
         old = self._pods.get(uid)
@@ -134,7 +138,7 @@ class InFlight:
     def replace_all(self, placements: Mapping[str, Placement], now: float) -> None:
         self._pods, self._by_node, self._due, self._changes = {}, {}, {}, []
         for uid, placement in placements.items():
-            if now < placement.placed_at + self.window:
+            if self.counts(placement.placed_at, now):
                 self._pods[uid] = placement
                 share = unseen_share(placement, self.window, now)
                 self._by_node.setdefault(placement.node, {})[uid] = placement.usage.scaled(share)

@@ -12,13 +12,15 @@ So each resource of an estimate comes from the best source there is, in this ord
    rollout keeps its history). The median is the estimate least far off in absolute terms.
 3. factor: the factor rule over the pod's requests and limits, when nothing is measured.
 
-Memory is bounded whatever the cluster does: OWNERS owners (LRU), the PODS_PER_OWNER most
-recently placed pods each, and KNOWN_PODS pod-to-owner entries.
+Memory: OWNERS owners (LRU) and the PODS_PER_OWNER most recently placed pods each, whatever
+the cluster does; and per bound pod one small KnownPods entry, which the pod watch removes
+when the pod goes (about 400 bytes a pod: docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
@@ -70,28 +72,64 @@ def owner_of(namespace: str, refs: Iterable[OwnerRef], template_hash: str = "") 
     return f"{namespace}/{kind}/{name}"
 
 
+class KnownPods:
+    """The bound pods the pod watch reports: by UID (preempt's victims) and by (namespace,
+    name) (how Prometheus names a pod), with each pod's owner and placement time.
+
+    One entry per bound pod, so kept small: plain dicts, one tuple a pod, the namespace and
+    owner strings interned (a few hundred owners share them among thousands of pods)."""
+
+    def __init__(self) -> None:
+        self._by_uid: dict[str, tuple[PodKey, str, float]] = {}  # uid -> (pod, owner, placed_at)
+        self._uid_of: dict[PodKey, str] = {}
+
+    def add(self, uid: str, pod: PodKey, owner: str, placed_at: float) -> None:
+        known = self._by_uid.get(uid)
+        if known is not None and known[0] != pod:
+            self.remove(uid)
+        pod = (sys.intern(pod[0]), pod[1])
+        self._by_uid[uid] = (pod, sys.intern(owner), placed_at)
+        self._uid_of[pod] = uid  # a newer pod of the same name (a StatefulSet's) takes the name
+
+    def remove(self, uid: str) -> None:
+        known = self._by_uid.pop(uid, None)
+        if known is not None and self._uid_of.get(known[0]) == uid:
+            del self._uid_of[known[0]]
+
+    def by_uid(self, uid: str) -> tuple[PodKey, str, float] | None:
+        return self._by_uid.get(uid)
+
+    def by_name(self, pod: PodKey) -> tuple[PodKey, str, float] | None:
+        uid = self._uid_of.get(pod)
+        return self._by_uid.get(uid) if uid is not None else None
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+
 class UsageHistory:
     """Measured usage per pod, as of the last refresh, and per owner its recent pods' usage."""
 
     OWNERS = 4096
     PODS_PER_OWNER = 32
-    KNOWN_PODS = 65536
 
     def __init__(self) -> None:
         self._measured: dict[str, Mapping[PodKey, float]] = {}  # resource -> pod -> value
-        self._by_uid: LRUCache[str, tuple[PodKey, float]] = LRUCache(maxsize=self.KNOWN_PODS)  # pod, placed_at
-        self._owner_of: LRUCache[PodKey, tuple[str, float]] = LRUCache(maxsize=self.KNOWN_PODS)  # owner, placed_at
+        self.pods = KnownPods()
         self._by_owner: LRUCache[str, dict[PodKey, _Sample]] = LRUCache(maxsize=self.OWNERS)
 
     def learn_pod(self, uid: str, pod: PodKey, owner: str, placed_at: float) -> None:
         """A pod the watch saw bound: found by UID (preempt's victims), and its usage, once
         measured, teaches its owner."""
-        self._by_uid[uid] = (pod, placed_at)
-        self.learn_owner(pod, owner, placed_at)
+        self.pods.add(uid, pod, owner, placed_at)
 
-    def learn_owner(self, pod: PodKey, owner: str, placed_at: float) -> None:
-        if owner:
-            self._owner_of[pod] = (owner, placed_at)
+    def forget_pod(self, uid: str) -> None:
+        """The pod finished or was deleted."""
+        self.pods.remove(uid)
+
+    def pods_replaced(self, pods: KnownPods) -> None:
+        """A full list of bound pods, built page by page, replaces what the watch told."""
+        self.pods = pods
 
     def publish(self, measured: Mapping[str, Mapping[PodKey, float]], settled_before: float) -> None:
         """One refresh round's measured usage per resource (a resource absent: its query is off
@@ -101,10 +139,10 @@ class UsageHistory:
         rounds: dict[str, dict[PodKey, _Sample]] = {}  # owner -> its pods measured this round
         for resource, values in measured.items():
             for pod, value in values.items():
-                known = self._owner_of.get(pod)
-                if known is None or known[1] > settled_before:
+                known = self.pods.by_name(pod)
+                if known is None or not known[1] or known[2] > settled_before:
                     continue
-                owner, placed_at = known
+                _, owner, placed_at = known
                 sample = rounds.setdefault(owner, {}).setdefault(pod, _Sample(placed_at, {}))
                 sample.usage[resource] = value
         for owner, pods in rounds.items():
@@ -122,8 +160,8 @@ class UsageHistory:
 
     def measured_by_uid(self, uid: str, settled_before: float) -> Usage:
         """A bound pod's measured usage (0 for what is not measured, or not yet believable)."""
-        known = self._by_uid.get(uid)
-        if known is None or known[1] > settled_before:
+        known = self.pods.by_uid(uid)
+        if known is None or known[2] > settled_before:
             return Usage()
         pod = known[0]
         return Usage(self.measured(pod, "cpu") or 0.0, self.measured(pod, "memory") or 0.0)

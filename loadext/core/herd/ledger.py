@@ -16,7 +16,7 @@ from cachetools import LRUCache
 
 from loadext.config import Config
 from loadext.core.herd.inflight import InFlight, Placement
-from loadext.core.herd.learned import Estimate, EstimateError, PodKey, UsageHistory
+from loadext.core.herd.learned import Estimate, EstimateError, KnownPods, PodKey, UsageHistory
 from loadext.core.herd.usage import RESOURCES, EstimateRule, Usage, pod_estimate
 from loadext.core.requests import BoundPod, PodRef
 
@@ -29,6 +29,7 @@ class PodLedger:
         self.learned = UsageHistory()
         self._errors_noted: LRUCache[tuple[str, str], bool] = LRUCache(maxsize=65536)
         self._estimate_errors: list[EstimateError] = []  # until pod_usage_measured hands them out
+        self._listing: tuple[dict[str, Placement], KnownPods] | None = None  # a list's pages so far
 
     def configure(self, config: Config) -> None:
         self.config = config
@@ -47,16 +48,37 @@ class PodLedger:
     def pod_bound(self, pod: BoundPod) -> None:
         """A pod from the pod watch: counted while recent, forgotten once finished or deleted."""
         if pod.finished:
-            self.inflight.remove(pod.uid)
+            self.pod_gone(pod.uid)
         else:
-            self.inflight.place(pod.uid, self._placement(pod), self.clock())
+            self._learn(pod, self.learned.pods)
+            now = self.clock()
+            if self.inflight.counts(pod.placed_at, now):
+                self.inflight.place(pod.uid, self._placement(pod), now)
+            else:  # placed long ago (a status update): no estimate to make
+                self.inflight.remove(pod.uid)
 
-    def pods_listed(self, pods: list[BoundPod]) -> None:
-        placements = {p.uid: self._placement(p) for p in pods if not p.finished}
-        self.inflight.replace_all(placements, self.clock())
+    def pods_listed(self, pods: list[BoundPod], first: bool = True, last: bool = True) -> None:
+        """A page of a full list of bound pods. The first page starts a new list (a list
+        restarted midway starts over); the last replaces what the watch told before with it.
+        Each page is kept in compact form at once, so a list of 150 000 pods never holds
+        them all decoded."""
+        if first or self._listing is None:
+            self._listing = ({}, KnownPods())
+        placements, known = self._listing
+        now = self.clock()
+        for pod in pods:
+            if not pod.finished:
+                self._learn(pod, known)
+                if self.inflight.counts(pod.placed_at, now):
+                    placements[pod.uid] = self._placement(pod)
+        if last:
+            self._listing = None
+            self.learned.pods_replaced(known)
+            self.inflight.replace_all(placements, now)
 
     def pod_gone(self, uid: str) -> None:
         self.inflight.remove(uid)
+        self.learned.forget_pod(uid)
 
     def pod_usage_measured(self, measured: Mapping[str, Mapping[PodKey, float]]) -> list[EstimateError]:
         """A refresh round's measured usage per pod: it teaches the owners' history, and each
@@ -74,11 +96,15 @@ class PodLedger:
         """Placed long enough ago that its measured usage is its usage (HerdGuard.pod_usage_settle)."""
         return self.clock() - placed_at >= self.config.herd_guard.pod_usage_settle
 
+    @staticmethod
+    def _learn(bound: BoundPod, known: KnownPods) -> None:
+        pod = bound.pod
+        known.add(pod.uid, (pod.namespace, pod.name), pod.owner, bound.placed_at)
+
     def _placement(self, bound: BoundPod) -> Placement:
         pod = bound.pod
-        key = (pod.namespace, pod.name)
-        self.learned.learn_pod(pod.uid, key, pod.owner, bound.placed_at)
         estimate = self.estimate(pod)
+        key = (pod.namespace, pod.name)
         placement = Placement(bound.node, bound.placed_at, estimate.usage, key, estimate.sources)
         return self._with_measured(pod.uid, placement)
 
