@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -89,7 +88,9 @@ class App:
         self.telemetry.reload.accepted()
         self.cluster = Cluster(config, clock=clock)  # the Ingest port every source feeds
         self.extender = Extender(self.cluster)
-        self.refresher = Refresher(self.cluster, self.telemetry.refresh, self.telemetry.herd)
+        self.refresher = Refresher(
+            self.cluster, self.telemetry.refresh, self.telemetry.herd, after_round=self._render_node_metrics
+        )
         self.reloader = ConfigReloader(text, self.apply, self.telemetry.reload)
         self.server = ServerState(self.cluster, self.extender, self.telemetry, self.bind, limits or Limits())
         self.readiness = Readiness(lambda: self.cluster.ready)
@@ -117,7 +118,14 @@ class App:
 
     def _config_applied(self) -> None:
         cluster = self.cluster
-        self.telemetry.config_applied(cluster.config, partial(node_states, cluster), cluster.clock(), ERROR_KINDS)
+        self.telemetry.config_applied(cluster.config, cluster.clock(), ERROR_KINDS)
+
+    async def _render_node_metrics(self) -> None:
+        """The per-node families as of the round just published: the states are read on the
+        loop (they are its state), the text is formatted in a worker thread."""
+        if self.cluster.config.per_node_metrics:
+            states = node_states(self.cluster)
+            await asyncio.to_thread(self.telemetry.nodes.render, states)
 
     async def bind(self, args: BindingArgs) -> str:
         if not self.cluster.config.bind_enabled:

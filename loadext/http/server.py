@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client.aiohttp import make_aiohttp_handler
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from loadext import logs
 from loadext.core.cluster import Cluster
@@ -266,12 +266,9 @@ def _ops_routes(app: web.Application, state: ServerState) -> None:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     telemetry = state.telemetry
-    exposition = make_aiohttp_handler(telemetry.registry)
 
-    async def metrics(request: web.Request) -> web.StreamResponse:
-        telemetry.flush()
-        response: web.StreamResponse = await exposition(request)
-        return response
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=telemetry.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app.router.add_get("/metrics", metrics)
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from loadext.config import PrometheusConfig
 from loadext.core.herd.learned import PodKey
@@ -26,8 +27,15 @@ log = logging.getLogger(__name__)
 
 
 class Refresher:
-    def __init__(self, ingest: Ingest, metrics: RefreshMetrics, herd_metrics: HerdMetrics) -> None:
+    def __init__(
+        self,
+        ingest: Ingest,
+        metrics: RefreshMetrics,
+        herd_metrics: HerdMetrics,
+        after_round: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.ingest = ingest
+        self.after_round = after_round  # what else follows each published round (the per-node metrics)
         self.metrics = metrics
         self.herd_metrics = herd_metrics
         self._source: PrometheusSource | None = None
@@ -53,6 +61,8 @@ class Refresher:
             await self._refresh()
         finally:
             self.metrics.round_took(time.perf_counter() - started)
+        if self.after_round is not None:
+            await self.after_round()
 
     async def _refresh(self) -> None:
         config = self.ingest.config

@@ -11,13 +11,13 @@ from __future__ import annotations
 import platform
 from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Info
+from prometheus_client import CollectorRegistry, Info, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
 from loadext import __version__
 from loadext.config import Config
 from loadext.telemetry.herd import HerdMetrics
-from loadext.telemetry.nodes import NodeMetrics, NodeStates
+from loadext.telemetry.nodes import NodeMetrics
 from loadext.telemetry.rebalance import RebalanceMetrics
 from loadext.telemetry.refresh import RefreshMetrics
 from loadext.telemetry.reload import ReloadMetrics
@@ -34,23 +34,28 @@ class Telemetry:
         self.herd = HerdMetrics(r)
         self.watches = WatchMetrics(r)
         self.reload = ReloadMetrics(r)
-        self.nodes = NodeMetrics(r)
+        self.nodes = NodeMetrics()
         self.rebalance = RebalanceMetrics(r)
         self.build = Info("loadext_build", "loadext version.", registry=r)
         self.build.info({"version": __version__, "python_version": platform.python_version()})
 
-    def config_applied(self, config: Config, node_states: NodeStates, now: float, error_kinds: Iterable[str]) -> None:
+    def config_applied(self, config: Config, now: float, error_kinds: Iterable[str]) -> None:
         """A config came into force: its signals' series (with one error series per kind the
         metrics source reports), hash and thresholds, and the per-node family on or off."""
         signals = [s.name for s in config.signals]
         self.refresh.prepare_signals(signals, error_kinds)
         self.verbs.prepare_signals(signals)
         self.reload.in_force(config, now)
-        self.nodes.export(node_states if config.per_node_metrics else None)
+        self.nodes.export(config.per_node_metrics)
 
     def flush(self) -> None:
         """Before every scrape: the verbs' pending counts into their Counters."""
         self.verbs.flush()
+
+    def exposition(self) -> bytes:
+        """One scrape's text: the registry's, then the per-node families as last rendered."""
+        self.flush()
+        return generate_latest(self.registry) + self.nodes.exposition()
 
     def metrics(self) -> Iterator[MetricWrapperBase]:
         """Every metric of the recorders (the per-node family is a collector of its own)."""

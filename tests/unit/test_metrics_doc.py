@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.parser import text_string_to_metric_families
 
 from loadext.core.policy import NodeState, Verdict
 from loadext.core.snapshot import Sample
@@ -41,8 +42,8 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     build = next(f for f in telemetry.registry.collect() if f.name == "loadext_build")
     found["loadext_build_info"] = ("gauge", frozenset(build.samples[0].labels))
     state = NodeState("n1", "n1", {"cpu": Sample(0.5, time.time())}, Verdict(True, 5, ""))
-    telemetry.nodes.export(lambda: [state])
-    for family in telemetry.registry.collect():
+    telemetry.nodes.render([state])  # the per-node text, parsed as Prometheus would
+    for family in text_string_to_metric_families(telemetry.exposition().decode()):
         if family.name.startswith("loadext_node_") and family.samples and family.name not in found:
             found[family.name] = (family.type, frozenset(family.samples[0].labels))
     return found
