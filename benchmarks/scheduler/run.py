@@ -58,9 +58,9 @@ ATTEMPT = re.compile(
 )
 
 
-def create_nodes(core: Any, count: int) -> None:
-    """Ready nodes with allocatable, as a kubelet would report them (TaintNodesByCondition is
-    off in this control plane, so no not-ready taint needs lifting)."""
+def create_nodes(core: Any, count: int, first: int = 1) -> None:
+    """Ready nodes `first`..`count` with allocatable, as a kubelet would report them
+    (TaintNodesByCondition is off in this control plane, so no not-ready taint needs lifting)."""
 
     def make(i: int) -> None:
         name = node_name(i)
@@ -69,7 +69,7 @@ def create_nodes(core: Any, count: int) -> None:
         core.patch_node_status(name, {"status": ready_node_status(name, "16", "64Gi", message="benchmark")})
 
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(make, range(1, count + 1)))
+        list(pool.map(make, range(first, count + 1)))
 
 
 def create_pods(core: Any, count: int) -> None:
