@@ -25,7 +25,7 @@ from aiohttp import web
 from loadext import __version__
 from loadext.config import Config, parse_config
 from loadext.core.cluster import Cluster
-from loadext.core.explain import explain, node_states
+from loadext.core.explain import explain, node_states_builder
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs
 from loadext.http import lifecycle, tls
@@ -121,11 +121,11 @@ class App:
         self.telemetry.config_applied(cluster.config, cluster.clock(), ERROR_KINDS)
 
     async def _render_node_metrics(self) -> None:
-        """The per-node families as of the round just published: the states are read on the
-        loop (they are its state), the text is formatted in a worker thread."""
+        """The per-node families as of the round just published: which nodes is read on the
+        loop (its state), their states are built and formatted in a worker thread."""
         if self.cluster.config.per_node_metrics:
-            states = node_states(self.cluster)
-            await asyncio.to_thread(self.telemetry.nodes.render, states)
+            states = node_states_builder(self.cluster)
+            await asyncio.to_thread(lambda: self.telemetry.nodes.render(states()))
 
     async def bind(self, args: BindingArgs) -> str:
         if not self.cluster.config.bind_enabled:
