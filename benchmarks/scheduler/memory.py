@@ -8,7 +8,8 @@ gets `--nodes` Ready Nodes, then bound Pods (created with spec.nodeName set, own
 ReplicaSets, `--pod-bytes` each as the API server stores them: a last-applied-configuration
 annotation pads them to a realistic size) in steps up to each `--pods` level. At each level a
 fresh `loadext serve` runs as shipped (--watch-nodes, the herd guard on so it watches every Pod,
-a real Prometheus holding a series per node), and the table gives:
+a real Prometheus holding a series per node; a 30 s herd window, waited out after the pods are
+created, so they are bound pods and not pods in flight), and the table gives:
 
 - ready s: until /readyz answers 200; pods synced s: until the pod watch reports its list;
 - RSS MB settled (after a quiet spell) and high-water (VmHWM);
@@ -54,6 +55,7 @@ from harness.prometheus import PrometheusServer, free_port, scrape_config  # noq
 
 NAMESPACES = [f"team-{i:02d}" for i in range(10)]
 OWNERS = 300
+WINDOW = 30.0  # the herd window: pods older than this are bound pods, not pods in flight
 SETTLE = 20.0  # seconds of quiet before RSS is read as settled
 QUIET = 30.0  # seconds over which quiet CPU is measured (reported per minute)
 
@@ -103,6 +105,7 @@ class Pods:
         self.headers = {"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN_TOKEN}"}
         self.nodes = nodes
         self.count = 0
+        self.created_at = 0.0  # when the newest pod was created
         base = len(pod_body(0, 0))
         self.pad = max(0, pod_bytes - base - 600)  # the API server adds uid, times, status, defaults
 
@@ -141,6 +144,7 @@ class Pods:
             upto = min(total, self.count + step)
             self.create(range(self.count, upto))
             self.count = upto
+            self.created_at = time.time()
             print(f"    {self.count} pods", file=sys.stderr)
 
 
@@ -160,12 +164,13 @@ def measure(
     plane: ControlPlane, label: str, source: Path, prometheus_url: str, workdir: Path, pods: Pods | None, churn: bool
 ) -> dict[str, Any]:
     config = workdir / f"{label}.yaml"
-    config.write_text(bench_config(prometheus_url, herdGuard={"enabled": True}))
+    config.write_text(bench_config(prometheus_url, herdGuard={"enabled": True, "window": f"{WINDOW:g}s"}))
     port = free_port()
     argv = serve_argv(
         config, port, "--kubeconfig", str(plane.admin_kubeconfig), "--watch-nodes", options=["--log-level", "warning"]
     )
-    process = plane.spawn(label, ["env", f"PYTHONPATH={source}", *argv])
+    # -P: not the working directory first on sys.path, so PYTHONPATH picks the code
+    process = plane.spawn(label, ["env", f"PYTHONPATH={source}", sys.executable, "-P", *argv[1:]])
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     synced_at: float | None = None
@@ -209,6 +214,7 @@ def measure(
                 pods.delete(indexes)
                 time.sleep(0.5)
                 pods.create(indexes)
+                pods.created_at = time.time()
                 time.sleep(max(0.0, begun + 6 * (batch + 1) - time.monotonic()))
             row["churn_cpu_s_per_min"] = (cpu_seconds(pid) - cpu) * 60 / (time.monotonic() - begun)
             row["churn_hwm_mb"] = rss_mb(pid)["VmHWM"]
@@ -246,6 +252,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"creating nodes up to {nodes} ...", file=sys.stderr)
                 create_nodes(core, nodes, first=pods.nodes + 1)
             pods.grow_to(count)
+            time.sleep(max(0.0, pods.created_at + WINDOW + 5 - time.time()))  # every pod placed, none in flight
             last = (nodes, count) == levels[-1]
             for arm, source in arms.items():
                 key = f"{nodes} nodes, {count} pods, {arm}"
