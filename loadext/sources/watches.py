@@ -76,6 +76,8 @@ def _watch_pods(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Pod]
     def on_page(pods: list[Pod], first: bool, last: bool) -> None:
         bound = [b for b in (kube.bound_pod(p) for p in pods) if b is not None]
         loop.call_soon_threadsafe(ingest.pods_listed, bound, first, last)
+        if last:  # after the loop took the last page in
+            loop.call_soon_threadsafe(kube.release_freed_memory)
 
     def on_event(kind: str, pod: Pod) -> None:
         bound = kube.bound_pod(pod)

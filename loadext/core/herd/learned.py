@@ -76,32 +76,40 @@ class KnownPods:
     """The bound pods the pod watch reports: by UID (preempt's victims) and by (namespace,
     name) (how Prometheus names a pod), with each pod's owner and placement time.
 
-    One entry per bound pod, so kept small: plain dicts, one tuple a pod, the namespace and
-    owner strings interned (a few hundred owners share them among thousands of pods)."""
+    One entry per bound pod, so kept small (about 300 bytes of objects a pod): one tuple a pod,
+    names found per namespace rather than by a tuple key, the namespace and owner strings
+    interned (a few hundred owners share them among thousands of pods)."""
 
     def __init__(self) -> None:
-        self._by_uid: dict[str, tuple[PodKey, str, float]] = {}  # uid -> (pod, owner, placed_at)
-        self._uid_of: dict[PodKey, str] = {}
+        self._by_uid: dict[str, tuple[str, str, str, float]] = {}  # uid -> (namespace, name, owner, placed_at)
+        self._uid_of: dict[str, dict[str, str]] = {}  # namespace -> name -> uid
 
     def add(self, uid: str, pod: PodKey, owner: str, placed_at: float) -> None:
+        namespace, name = sys.intern(pod[0]), pod[1]
         known = self._by_uid.get(uid)
-        if known is not None and known[0] != pod:
+        if known is not None and known[:2] != (namespace, name):
             self.remove(uid)
-        pod = (sys.intern(pod[0]), pod[1])
-        self._by_uid[uid] = (pod, sys.intern(owner), placed_at)
-        self._uid_of[pod] = uid  # a newer pod of the same name (a StatefulSet's) takes the name
+        self._by_uid[uid] = (namespace, name, sys.intern(owner), placed_at)
+        self._uid_of.setdefault(namespace, {})[name] = uid  # a newer pod of the same name (a StatefulSet's) takes it
 
     def remove(self, uid: str) -> None:
         known = self._by_uid.pop(uid, None)
-        if known is not None and self._uid_of.get(known[0]) == uid:
-            del self._uid_of[known[0]]
+        if known is None:
+            return
+        names = self._uid_of.get(known[0])
+        if names is not None and names.get(known[1]) == uid:
+            del names[known[1]]
+            if not names:
+                del self._uid_of[known[0]]
 
     def by_uid(self, uid: str) -> tuple[PodKey, str, float] | None:
-        return self._by_uid.get(uid)
+        """(pod, owner, placed_at) of a known pod."""
+        known = self._by_uid.get(uid)
+        return None if known is None else ((known[0], known[1]), known[2], known[3])
 
     def by_name(self, pod: PodKey) -> tuple[PodKey, str, float] | None:
-        uid = self._uid_of.get(pod)
-        return self._by_uid.get(uid) if uid is not None else None
+        uid = self._uid_of.get(pod[0], {}).get(pod[1])
+        return self.by_uid(uid) if uid is not None else None
 
     def __len__(self) -> int:
         return len(self._by_uid)
