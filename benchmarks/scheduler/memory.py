@@ -44,14 +44,13 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE.parent))
 
-from run import bench_config, cpu_seconds, feed, rss_mb  # noqa: E402
+from run import bench_config, cpu_seconds, rss_mb  # noqa: E402
 
-from benchmarks.scheduler.run import create_nodes  # noqa: E402
-from harness.exporter import Exporter  # noqa: E402
+from benchmarks.scheduler.run import create_nodes, node_series  # noqa: E402
 from harness.kubernetes import ADMIN_TOKEN, ControlPlane, build_components  # noqa: E402
 from harness.loadext import ready, serve_argv  # noqa: E402
 from harness.metrics_text import metric_if_present  # noqa: E402
-from harness.prometheus import PrometheusServer, free_port, scrape_config  # noqa: E402
+from harness.prometheus import free_port  # noqa: E402
 
 NAMESPACES = [f"team-{i:02d}" for i in range(10)]
 OWNERS = 300
@@ -227,44 +226,40 @@ def measure(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     bin_dir = build_components()
     workdir = Path(tempfile.mkdtemp(prefix="loadext-membench-"))
-    most = max(args.nodes, args.more_nodes or 0)
-    exporter = Exporter()
-    feed(exporter, most)
-    prom = PrometheusServer(str(workdir), scrape_config(exporter.target, interval="5s"))
     arms = {"now": ROOT} | ({"before": args.before.resolve()} if args.before else {})
     plane = ControlPlane(workdir / "plane", bin_dir, ("ServiceAccount", "TaintNodesByCondition"))
     (workdir / "plane").mkdir()
     results: dict[str, Any] = {}
-    try:
-        prom.wait_for("count(bench_cpu)", lambda r: bool(r) and float(r[0]["value"][1]) == most, timeout=120)
-        plane.start()
-        core = client.CoreV1Api(plane.api())
-        for namespace in NAMESPACES:
-            core.create_namespace({"metadata": {"name": namespace}})
-        print(f"creating {args.nodes} nodes ...", file=sys.stderr)
-        create_nodes(core, args.nodes)
-        pods = Pods(plane, args.nodes, args.pod_bytes)
-        levels = [(args.nodes, count) for count in sorted(args.pods)]
-        if args.more_nodes:
-            levels.append((args.more_nodes, max(args.pods)))
-        for nodes, count in levels:
-            if nodes > pods.nodes:
-                print(f"creating nodes up to {nodes} ...", file=sys.stderr)
-                create_nodes(core, nodes, first=pods.nodes + 1)
-            pods.grow_to(count)
-            time.sleep(max(0.0, pods.created_at + WINDOW + 5 - time.time()))  # every pod placed, none in flight
-            last = (nodes, count) == levels[-1]
-            for arm, source in arms.items():
-                key = f"{nodes} nodes, {count} pods, {arm}"
-                print(f"  {key} ...", file=sys.stderr)
-                results[key] = {"nodes": nodes, "pods": count, "arm": arm} | measure(
-                    plane, f"loadext-{arm}-{nodes}-{count}", source, prom.url, workdir, pods, args.churn and last
-                )
-                print(f"    {json.dumps(results[key])}", file=sys.stderr)
-    finally:
-        plane.stop()
-        prom.stop()
-        exporter.close()
+    with node_series(workdir, max(args.nodes, args.more_nodes or 0)) as prometheus_url:
+        try:
+            plane.start()
+            core = client.CoreV1Api(plane.api())
+            for namespace in NAMESPACES:
+                core.create_namespace({"metadata": {"name": namespace}})
+            print(f"creating {args.nodes} nodes ...", file=sys.stderr)
+            create_nodes(core, args.nodes)
+            pods = Pods(plane, args.nodes, args.pod_bytes)
+            levels = [(args.nodes, count) for count in sorted(args.pods)]
+            if args.more_nodes:
+                levels.append((args.more_nodes, max(args.pods)))
+            for nodes, count in levels:
+                if nodes > pods.nodes:
+                    print(f"creating nodes up to {nodes} ...", file=sys.stderr)
+                    create_nodes(core, nodes, first=pods.nodes + 1)
+                    pods.nodes = nodes
+                pods.grow_to(count)
+                time.sleep(max(0.0, pods.created_at + WINDOW + 5 - time.time()))  # every pod placed, none in flight
+                last = (nodes, count) == levels[-1]
+                for arm, source in arms.items():
+                    key = f"{nodes} nodes, {count} pods, {arm}"
+                    print(f"  {key} ...", file=sys.stderr)
+                    label = f"loadext-{arm}-{nodes}-{count}"
+                    results[key] = {"nodes": nodes, "pods": count, "arm": arm} | measure(
+                        plane, label, source, prometheus_url, workdir, pods, args.churn and last
+                    )
+                    print(f"    {json.dumps(results[key])}", file=sys.stderr)
+        finally:
+            plane.stop()
     return results
 
 

@@ -23,6 +23,7 @@ and the extender's peak RSS (VmHWM: for loadext, names-only traffic with its wat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import signal
@@ -32,6 +33,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -264,21 +266,28 @@ def one_size(nodes: int, args: argparse.Namespace, bin_dir: Path, workdir: Path,
     return row
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    bin_dir = build_components()
-    workdir = Path(tempfile.mkdtemp(prefix="loadext-schedbench-"))
-    most = max(args.nodes)
+@contextlib.contextmanager
+def node_series(workdir: Path, nodes: int) -> Iterator[str]:
+    """A real Prometheus scraping bench_cpu and bench_memory for `nodes` nodes; yields its URL
+    once every series is in."""
     exporter = Exporter()
-    feed(exporter, most)
+    feed(exporter, nodes)
     prom = PrometheusServer(str(workdir), scrape_config(exporter.target, interval="5s"))
-    results: dict[str, Any] = {}
     try:
-        prom.wait_for("count(bench_cpu)", lambda r: bool(r) and float(r[0]["value"][1]) == most, timeout=90)
-        for nodes in args.nodes:
-            results[str(nodes)] = one_size(nodes, args, bin_dir, workdir, prom.url)
+        prom.wait_for("count(bench_cpu)", lambda r: bool(r) and float(r[0]["value"][1]) == nodes, timeout=120)
+        yield prom.url
     finally:
         prom.stop()
         exporter.close()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    bin_dir = build_components()
+    workdir = Path(tempfile.mkdtemp(prefix="loadext-schedbench-"))
+    results: dict[str, Any] = {}
+    with node_series(workdir, max(args.nodes)) as prometheus_url:
+        for nodes in args.nodes:
+            results[str(nodes)] = one_size(nodes, args, bin_dir, workdir, prometheus_url)
     return results
 
 
