@@ -21,7 +21,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from loadext import logs
 from loadext.core.cluster import Cluster
@@ -267,8 +266,9 @@ def _ops_routes(app: web.Application, state: ServerState) -> None:
     app.router.add_get("/readyz", readyz)
     telemetry = state.telemetry
 
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=telemetry.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def metrics(request: web.Request) -> web.Response:
+        body, content_type = telemetry.exposition(",".join(request.headers.getall("Accept", [])))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     app.router.add_get("/metrics", metrics)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import platform
 from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Info, generate_latest
+from prometheus_client import CollectorRegistry, Info
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics import MetricWrapperBase
 
 from loadext import __version__
@@ -23,6 +24,8 @@ from loadext.telemetry.refresh import RefreshMetrics
 from loadext.telemetry.reload import ReloadMetrics
 from loadext.telemetry.verbs import VerbMetrics
 from loadext.telemetry.watches import WatchMetrics
+
+EOF = b"# EOF\n"  # OpenMetrics' last line
 
 
 class Telemetry:
@@ -52,10 +55,16 @@ class Telemetry:
         """Before every scrape: the verbs' pending counts into their Counters."""
         self.verbs.flush()
 
-    def exposition(self) -> bytes:
-        """One scrape's text: the registry's, then the per-node families as last rendered."""
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        """One scrape's body and content type, in the format the scraper asks for (Prometheus
+        asks for OpenMetrics): the registry's families, then the per-node ones as last rendered
+        (before OpenMetrics' closing `# EOF`)."""
         self.flush()
-        return generate_latest(self.registry) + self.nodes.exposition()
+        encode, content_type = choose_encoder(accept)
+        text = encode(self.registry)
+        if text.endswith(EOF):
+            return text[: -len(EOF)] + self.nodes.exposition() + EOF, content_type
+        return text + self.nodes.exposition(), content_type
 
     def metrics(self) -> Iterator[MetricWrapperBase]:
         """Every metric of the recorders (the per-node family is a collector of its own)."""

@@ -43,7 +43,7 @@ def exported() -> dict[str, tuple[str, frozenset[str]]]:
     found["loadext_build_info"] = ("gauge", frozenset(build.samples[0].labels))
     state = NodeState("n1", "n1", {"cpu": Sample(0.5, time.time())}, Verdict(True, 5, ""))
     telemetry.nodes.render([state])  # the per-node text, parsed as Prometheus would
-    for family in text_string_to_metric_families(telemetry.exposition().decode()):
+    for family in text_string_to_metric_families(telemetry.exposition()[0].decode()):
         if family.name.startswith("loadext_node_") and family.samples and family.name not in found:
             found[family.name] = (family.type, frozenset(family.samples[0].labels))
     return found
