@@ -34,7 +34,7 @@ def test_each_resource_takes_the_best_source_there_is() -> None:
     assert history.estimate("ns/Job/j", FACTOR).sources == ("factor", "factor")
     cpu = {("ns", "j-0"): 0.2, ("ns", "j-1"): 0.3, ("ns", "j-2"): 0.9}
     for pod in cpu:
-        history.learn_pod(f"uid-{pod[1]}", pod, "ns/Job/j", 0.0)
+        history.pods.add(f"uid-{pod[1]}", pod, "ns/Job/j", 0.0)
     history.publish({"cpu": cpu}, settled_before=1.0)  # no memory query
     new = history.estimate("ns/Job/j", FACTOR)
     assert new.usage == Usage(0.3, FACTOR.memory) and new.sources == ("owner", "factor")  # the median
@@ -47,12 +47,12 @@ def test_history_stays_bounded_however_many_pods_and_owners() -> None:
     history = UsageHistory()
     pods = {("ns", f"big-{i}"): float(i) for i in range(1000)}
     for pod in pods:
-        history.learn_pod(f"uid-{pod[1]}", pod, "ns/ReplicaSet/big", 0.0)
+        history.pods.add(f"uid-{pod[1]}", pod, "ns/ReplicaSet/big", 0.0)
     history.publish({"cpu": pods}, settled_before=1.0)
     kept = history._by_owner["ns/ReplicaSet/big"]
     assert len(kept) == UsageHistory.PODS_PER_OWNER  # the most recent pods, not a thousand
     for i in range(UsageHistory.OWNERS + 100):
-        history.learn_pod(f"uid-solo-{i}", ("ns", f"solo-{i}"), f"ns/Job/solo-{i}", 0.0)
+        history.pods.add(f"uid-solo-{i}", ("ns", f"solo-{i}"), f"ns/Job/solo-{i}", 0.0)
     history.publish({"cpu": {("ns", f"solo-{i}"): 0.1 for i in range(UsageHistory.OWNERS + 100)}}, settled_before=1.0)
     assert len(history) == UsageHistory.OWNERS
 
@@ -64,7 +64,7 @@ def test_an_owner_with_more_pods_than_kept_keeps_every_resource_of_its_newest() 
     count = UsageHistory.PODS_PER_OWNER + 20
     pods = [("ns", f"web-{i}") for i in range(count)]
     for i, pod in enumerate(pods):
-        history.learn_pod(f"uid-{pod[1]}", pod, "ns/Deployment/web", placed_at=float(i))
+        history.pods.add(f"uid-{pod[1]}", pod, "ns/Deployment/web", placed_at=float(i))
     cpu = {pod: 1.0 if i >= 20 else 9.0 for i, pod in enumerate(pods)}  # the oldest 20 used more
     history.publish({"cpu": cpu, "memory": dict.fromkeys(pods, 100.0)}, settled_before=1e9)
     assert history.owner_median("ns/Deployment/web", "cpu") == 1.0  # only the newest 32 count
@@ -79,8 +79,8 @@ def test_a_pod_younger_than_its_querys_averaging_range_teaches_nothing() -> None
     assert settle_time(["sum by (namespace, pod) (rate(x[2m]))"]) == 120
     assert settle_time(["irate(x[5m])", "gauge"]) == 0  # right after two scrapes
     history = UsageHistory()
-    history.learn_pod("uid-old", ("ns", "old"), "ns/Job/j", placed_at=100.0)
-    history.learn_pod("uid-young", ("ns", "young"), "ns/Job/j", placed_at=290.0)
+    history.pods.add("uid-old", ("ns", "old"), "ns/Job/j", placed_at=100.0)
+    history.pods.add("uid-young", ("ns", "young"), "ns/Job/j", placed_at=290.0)
     history.publish({"cpu": {("ns", "old"): 0.5, ("ns", "young"): 0.01}}, settled_before=300.0 - 120)
     assert history.owner_median("ns/Job/j", "cpu") == 0.5
 

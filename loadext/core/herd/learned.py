@@ -123,21 +123,8 @@ class UsageHistory:
 
     def __init__(self) -> None:
         self._measured: dict[str, Mapping[PodKey, float]] = {}  # resource -> pod -> value
-        self.pods = KnownPods()
+        self.pods = KnownPods()  # the pod watch's, kept by the ledger (a full list replaces it)
         self._by_owner: LRUCache[str, dict[PodKey, _Sample]] = LRUCache(maxsize=self.OWNERS)
-
-    def learn_pod(self, uid: str, pod: PodKey, owner: str, placed_at: float) -> None:
-        """A pod the watch saw bound: found by UID (preempt's victims), and its usage, once
-        measured, teaches its owner."""
-        self.pods.add(uid, pod, owner, placed_at)
-
-    def forget_pod(self, uid: str) -> None:
-        """The pod finished or was deleted."""
-        self.pods.remove(uid)
-
-    def pods_replaced(self, pods: KnownPods) -> None:
-        """A full list of bound pods, built page by page, replaces what the watch told."""
-        self.pods = pods
 
     def publish(self, measured: Mapping[str, Mapping[PodKey, float]], settled_before: float) -> None:
         """One refresh round's measured usage per resource (a resource absent: its query is off

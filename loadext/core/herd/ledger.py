@@ -73,12 +73,12 @@ class PodLedger:
                     placements[pod.uid] = self._placement(pod)
         if last:
             self._listing = None
-            self.learned.pods_replaced(known)
+            self.learned.pods = known
             self.inflight.replace_all(placements, now)
 
     def pod_gone(self, uid: str) -> None:
         self.inflight.remove(uid)
-        self.learned.forget_pod(uid)
+        self.learned.pods.remove(uid)
 
     def pod_usage_measured(self, measured: Mapping[str, Mapping[PodKey, float]]) -> list[EstimateError]:
         """A refresh round's measured usage per pod: it teaches the owners' history, and each
