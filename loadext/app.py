@@ -92,9 +92,15 @@ class App:
             self.cluster, self.telemetry.refresh, self.telemetry.herd, after_round=self._render_node_metrics
         )
         self.reloader = ConfigReloader(text, self.apply, self.telemetry.reload)
-        self.server = ServerState(self.cluster, self.extender, self.telemetry, self.bind, limits or Limits())
         self.readiness = Readiness(lambda: self.cluster.ready)
-        self.server.waiting_for = self.readiness.waiting_for
+        self.server = ServerState(
+            self.cluster,
+            self.extender,
+            self.telemetry,
+            self.bind,
+            limits or Limits(),
+            waiting_for=self.readiness.waiting_for,
+        )
         self.rebalancer: Rebalancer | None = None  # with an API client: built in _background
         self.config_watcher = ConfigFileWatcher(config_path, self.reloader, reload_interval) if config_path else None
         self.configmap = configmap

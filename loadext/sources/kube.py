@@ -113,23 +113,18 @@ def list_objects(list_call: Callable[..., Any], kind: type[Object], **list_args:
     return listed
 
 
-def _malloc_trim() -> Callable[[], object] | None:
-    try:
-        trim: Callable[[int], object] = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc: nothing to hand back this way
-        return None
-    return lambda: trim(0)
-
-
-_TRIM = _malloc_trim()
+try:
+    _malloc_trim: Callable[[int], object] | None = ctypes.CDLL("libc.so.6").malloc_trim
+except (OSError, AttributeError):  # not glibc: nothing to hand back this way
+    _malloc_trim = None
 
 
 def release_freed_memory() -> None:
     """Hand the heap pages a big list freed back to the OS. glibc keeps freed memory for reuse,
     and the pages of a 60 000-pod list are not needed again: without this, the settled RSS
     keeps some of the list's high-water for good."""
-    if _TRIM is not None:
-        _TRIM()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 def rfc3339_seconds(rfc3339: str | None) -> float:

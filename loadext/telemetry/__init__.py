@@ -51,15 +51,12 @@ class Telemetry:
         self.reload.in_force(config, now)
         self.nodes.export(config.per_node_metrics)
 
-    def flush(self) -> None:
-        """Before every scrape: the verbs' pending counts into their Counters."""
-        self.verbs.flush()
-
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         """One scrape's body and content type, in the format the scraper asks for (Prometheus
         asks for OpenMetrics): the registry's families, then the per-node ones as last rendered
-        (before OpenMetrics' closing `# EOF`)."""
-        self.flush()
+        (before OpenMetrics' closing `# EOF`). The verbs' pending counts go into their
+        Counters first."""
+        self.verbs.flush()
         encode, content_type = choose_encoder(accept)
         text = encode(self.registry)
         if text.endswith(EOF):
@@ -67,7 +64,7 @@ class Telemetry:
         return text + self.nodes.exposition(), content_type
 
     def metrics(self) -> Iterator[MetricWrapperBase]:
-        """Every metric of the recorders (the per-node family is a collector of its own)."""
+        """Every metric of the recorders (the per-node families are text of their own: nodes.py)."""
         yield self.build
         for recorder in (self.verbs, self.refresh, self.herd, self.watches, self.reload, self.rebalance):
             yield from (m for m in vars(recorder).values() if isinstance(m, MetricWrapperBase))
