@@ -413,6 +413,14 @@ def main() -> int:
     return 0
 
 
+def _cell(metric: str, value: Any) -> str:
+    if value == "":
+        return "-"
+    if "CPU" in metric:
+        return f"{value:.0%}"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
 def table(results: dict[str, Any]) -> str:
     labels = list(results)
     rows = ["| metric | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
@@ -420,15 +428,7 @@ def table(results: dict[str, Any]) -> str:
         cells = []
         for label in labels:
             value = results[label].get(metric)
-            cells.append(
-                f"{value:.0%}"
-                if "CPU" in metric
-                else f"{value:.2f}"
-                if isinstance(value, float)
-                else str(value)
-                if value != ""
-                else "-"
-            )
+            cells.append(_cell(metric, value))
         rows.append(f"| {metric} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

@@ -59,9 +59,14 @@ SETTLE = 20.0  # seconds of quiet before RSS is read as settled
 QUIET = 30.0  # seconds over which quiet CPU is measured (reported per minute)
 
 
-def pod_body(i: int, pad: int) -> bytes:
+def pod_identity(i: int) -> tuple[int, str, str]:
+    """Pod number i's owner (0..OWNERS-1), namespace and name."""
     owner = i % OWNERS
-    name = f"web-{owner:03d}-5d8f7c9b4-{i:06d}"
+    return owner, NAMESPACES[owner % len(NAMESPACES)], f"web-{owner:03d}-5d8f7c9b4-{i:06d}"
+
+
+def pod_body(i: int, node: str, pad: int) -> bytes:
+    owner, namespace, name = pod_identity(i)
     labels = {"app": f"web-{owner:03d}", "pod-template-hash": "5d8f7c9b4"}
     container = {
         "name": "app",
@@ -70,7 +75,7 @@ def pod_body(i: int, pad: int) -> bytes:
     }
     meta = {
         "name": name,
-        "namespace": NAMESPACES[owner % len(NAMESPACES)],
+        "namespace": namespace,
         "labels": labels,
         "ownerReferences": [
             {
@@ -86,7 +91,7 @@ def pod_body(i: int, pad: int) -> bytes:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
-        "spec": {"nodeName": "", "terminationGracePeriodSeconds": 0, "containers": [container]},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [container]},
     }
     if pad:
         meta["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "x" * pad}
@@ -105,7 +110,7 @@ class Pods:
         self.nodes = nodes
         self.count = 0
         self.created_at = 0.0  # when the newest pod was created
-        base = len(pod_body(0, 0))
+        base = len(pod_body(0, self._node(0), 0))
         self.pad = max(0, pod_bytes - base - 600)  # the API server adds uid, times, status, defaults
 
     def _node(self, i: int) -> str:
@@ -113,8 +118,8 @@ class Pods:
 
     def create(self, indexes: range) -> None:
         def make(i: int) -> None:
-            body = pod_body(i, self.pad).replace(b'"nodeName":""', f'"nodeName":"{self._node(i)}"'.encode())
-            namespace = NAMESPACES[(i % OWNERS) % len(NAMESPACES)]
+            _, namespace, _ = pod_identity(i)
+            body = pod_body(i, self._node(i), self.pad)
             reply = self.http.request(
                 "POST", f"{self.host}/api/v1/namespaces/{namespace}/pods", body=body, headers=self.headers
             )
@@ -126,9 +131,7 @@ class Pods:
 
     def delete(self, indexes: range) -> None:
         def remove(i: int) -> None:
-            owner = i % OWNERS
-            namespace = NAMESPACES[owner % len(NAMESPACES)]
-            name = f"web-{owner:03d}-5d8f7c9b4-{i:06d}"
+            _, namespace, name = pod_identity(i)
             path = f"/api/v1/namespaces/{namespace}/pods/{name}?gracePeriodSeconds=0"
             reply = self.http.request("DELETE", self.host + path, headers=self.headers)
             if reply.status not in (200, 202):
@@ -160,7 +163,7 @@ def watch_synced(url: str) -> bool:
 
 
 def measure(
-    plane: ControlPlane, label: str, source: Path, prometheus_url: str, workdir: Path, pods: Pods | None, churn: bool
+    plane: ControlPlane, label: str, source: Path, prometheus_url: str, workdir: Path, pods: Pods, churn: bool
 ) -> dict[str, Any]:
     config = workdir / f"{label}.yaml"
     config.write_text(bench_config(prometheus_url, herdGuard={"enabled": True, "window": f"{WINDOW:g}s"}))
@@ -205,7 +208,7 @@ def measure(
             "scrape_cpu_s": scrape_cpu,
             "scrape_bytes": size,
         }
-        if churn and pods is not None:
+        if churn:
             cpu = cpu_seconds(pid)
             begun = time.monotonic()
             for batch in range(10):  # 2000 pods deleted and created again, spread over a minute
