@@ -17,7 +17,6 @@ pod's terminationGracePeriodSeconds (the manifests: 5 s + 15 s within 30 s).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import ssl
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from loadext.http.limits import GuardedSite
+from loadext.sources.wakeup import woken_within
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,7 @@ async def serve(
             )
             await site.start()
         await stop.wait()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(hurry.wait(), shutdown.delay)
+        await woken_within(hurry, shutdown.delay)
         log.info("draining: no new connections; waiting up to %.0fs for requests in flight", shutdown.timeout)
     finally:
         for runner in runners:

@@ -18,7 +18,6 @@ One cycle:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -41,6 +40,7 @@ from loadext.sources.kube import record_event
 from loadext.sources.lease import Lease
 from loadext.sources.prometheus import PrometheusSource
 from loadext.sources.query_error import QueryError
+from loadext.sources.wakeup import woken_within
 from loadext.telemetry.rebalance import RebalanceMetrics
 
 log = logging.getLogger(__name__)
@@ -104,8 +104,7 @@ class Rebalancer:
                 await self.cycle()
             except Exception:  # one bad cycle must not end the rebalancer
                 log.exception("rebalance cycle failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.state.config.rebalance.cycle)
+            await woken_within(self._wake, self.state.config.rebalance.cycle)
 
     def close(self) -> None:
         if self._source is not None:

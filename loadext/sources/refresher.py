@@ -9,7 +9,6 @@ new snapshot and its decision table become visible together.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from loadext.core.ingest import Ingest
 from loadext.core.snapshot import SignalValues
 from loadext.sources.prometheus import PrometheusSource, QueryResult
 from loadext.sources.query_error import QueryError
+from loadext.sources.wakeup import woken_within
 from loadext.telemetry.herd import HerdMetrics
 from loadext.telemetry.refresh import RefreshMetrics
 
@@ -157,8 +157,7 @@ class Refresher:
             self._wake.clear()
             delay = self.ingest.config.refresh_interval - (time.monotonic() - started)
             if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                await woken_within(self._wake, delay)
 
     def close(self) -> None:
         if self._source is not None:
