@@ -69,12 +69,16 @@ def case(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def start_loadext(aiohttp_client: Any, tmp_path: Path) -> AsyncIterator[StartLoadext]:
-    """Start loadext in-process (loadext.app.App) with its real refresher and config watcher."""
+    """Start loadext in-process (loadext.app.App) with its real refresher and config watcher.
+    Each one watches a file of its own: two sharing one would reload each other's config."""
+    started = 0
 
     async def start(
         config: dict[str, Any] | str, reload_interval: float = 0.1, path: Path | None = None, path_prefix: str = "/"
     ) -> Loadext:
-        target = path or tmp_path / "config.yaml"
+        nonlocal started
+        started += 1
+        target = path or tmp_path / f"config-{started}.yaml"
         return await inprocess.start_loadext(
             aiohttp_client, config, target, reload_interval, write=path is None, path_prefix=path_prefix
         )
