@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from loadext.core.herd.usage import pod_requests
 from loadext.core.rebalance.selection import PodFacts
 from loadext.sources.connection import connection_cause
-from loadext.sources.kube import list_objects, rfc3339_seconds
+from loadext.sources.kube import API_TIMEOUT, list_objects, rfc3339_seconds
 from loadext.sources.objects import DetailedMeta, DetailedPod, DetailedSpec, PodStatus, requirements
 
 HOT_TAINT = ("loadext.io/hot", "PreferNoSchedule")  # hot nodes: the default scheduler's pods avoid them
@@ -32,7 +32,10 @@ class ApiUnavailable(Exception):
 def pods_on(api: Any, node: str) -> list[DetailedPod]:
     try:
         listed = list_objects(
-            api.list_pod_for_all_namespaces, DetailedPod, field_selector=f"spec.nodeName={node}", _request_timeout=10
+            api.list_pod_for_all_namespaces,
+            DetailedPod,
+            field_selector=f"spec.nodeName={node}",
+            _request_timeout=API_TIMEOUT,
         )
     except ApiException as exc:
         raise ApiUnavailable(f"listing the pods of node {node} failed: {exc.status} {exc.reason}") from None
@@ -77,7 +80,7 @@ def evict(api: Any, namespace: str, name: str, uid: str) -> Evicted:
         delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
     )
     try:
-        api.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=10)
+        api.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=API_TIMEOUT)
     except ApiException as exc:
         if exc.status == 429:
             return Evicted("pdb_blocked", _message(exc) or "a PodDisruptionBudget allows no disruption now")
@@ -100,7 +103,7 @@ def set_taints(api: Any, node: str, wanted: Iterable[tuple[str, str]]) -> str:
     or nothing changed, else why not. The node's resourceVersion guards the write, so a
     concurrent change to its taints is never lost: a 409 is retried next cycle."""
     try:
-        current = api.read_node(node, _request_timeout=10)
+        current = api.read_node(node, _request_timeout=API_TIMEOUT)
     except ApiException as exc:
         return f"reading node {node} failed: {exc.status} {exc.reason}"
     except urllib3.exceptions.HTTPError as exc:
@@ -115,7 +118,7 @@ def set_taints(api: Any, node: str, wanted: Iterable[tuple[str, str]]) -> str:
         "spec": {"taints": kept + [{"key": key, "effect": effect} for key, effect in sorted(wanted)]},
     }
     try:
-        api.patch_node(node, body, _request_timeout=10, _content_type="application/merge-patch+json")
+        api.patch_node(node, body, _request_timeout=API_TIMEOUT, _content_type="application/merge-patch+json")
     except ApiException as exc:
         return f"tainting node {node} failed: {exc.status} {exc.reason}"
     except urllib3.exceptions.HTTPError as exc:

@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 
 Object = TypeVar("Object", Pod, Node, ConfigMap, DetailedPod)
 
+# Seconds one API call may take (the watches' long polls excepted): without a bound, an API
+# server that takes the connection and never answers holds a worker thread forever, and a
+# few such binds starve the refresh of threads and keep shutdown waiting.
+API_TIMEOUT = 10.0
+
 
 class KubeError(Exception):
     """The Kubernetes API could not be used, said in one line that leads with the cause."""
@@ -61,7 +66,7 @@ def api_client(kubeconfig: str | None) -> Any:
 def list_nodes(api: Any) -> list[Node]:
     """Every Node, once (explain --config); a failure is one KubeError line."""
     try:
-        return list_objects(api.list_node, Node, _request_timeout=10).items or []
+        return list_objects(api.list_node, Node, _request_timeout=API_TIMEOUT).items or []
     except ApiException as exc:
         raise KubeError(
             f"listing Nodes failed: {exc.status} {exc.reason} ({api.api_client.configuration.host})"
@@ -71,25 +76,32 @@ def list_nodes(api: Any) -> list[Node]:
         raise KubeError(f"listing Nodes failed: {connection_cause(exc)} to {host}") from None
 
 
-def bind(api: Any, args: BindingArgs) -> str:
+def bind(api: Any, args: BindingArgs, timeout: float = API_TIMEOUT) -> str:
     """Create the Binding; "" on success. Idempotent: a retry for a pod already bound to the
     same node succeeds, so a late reply followed by a scheduler retry does no harm."""
     body = client.V1Binding(
         metadata=client.V1ObjectMeta(name=args.pod_name, namespace=args.pod_namespace, uid=args.pod_uid),
         target=client.V1ObjectReference(api_version="v1", kind="Node", name=args.node),
     )
+    failure = f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed"
     try:
         # _preload_content=False: the client cannot deserialize the Binding it gets back.
-        api.create_namespaced_pod_binding(args.pod_name, args.pod_namespace, body, _preload_content=False)
+        api.create_namespaced_pod_binding(
+            args.pod_name, args.pod_namespace, body, _preload_content=False, _request_timeout=timeout
+        )
         return ""
     except ApiException as exc:
-        failure = f"binding {args.pod_namespace}/{args.pod_name} to {args.node} failed: {exc.status} {exc.reason}"
+        failure = f"{failure}: {exc.status} {exc.reason}"
         if exc.status != 409:
             return failure
+    except urllib3.exceptions.HTTPError as exc:
+        return f"{failure}: {unanswered(exc, timeout)}"
     try:
-        pod = api.read_namespaced_pod(args.pod_name, args.pod_namespace)
+        pod = api.read_namespaced_pod(args.pod_name, args.pod_namespace, _request_timeout=timeout)
     except ApiException as exc:
         return f"{failure}; reading the pod failed: {exc.status} {exc.reason}"
+    except urllib3.exceptions.HTTPError as exc:
+        return f"{failure}; reading the pod failed: {unanswered(exc, timeout)}"
     if pod.metadata.uid != args.pod_uid:
         return f"pod {args.pod_namespace}/{args.pod_name} has UID {pod.metadata.uid}, not {args.pod_uid}"
     if pod.spec.node_name == args.node:
@@ -277,7 +289,7 @@ class ListWatch(Generic[Object]):
 
 
 def read_configmap(api: Any, namespace: str, name: str, key: str) -> str:
-    configmap = api.read_namespaced_config_map(name, namespace)
+    configmap = api.read_namespaced_config_map(name, namespace, _request_timeout=API_TIMEOUT)
     data = configmap.data or {}
     if key not in data:
         raise KeyError(f"ConfigMap {namespace}/{name} has no key {key!r} (keys: {', '.join(data) or 'none'})")
@@ -328,7 +340,7 @@ def record_event(
         reporting_instance=os.environ.get("HOSTNAME", "loadext"),
     )
     try:
-        api.create_namespaced_event(namespace, event, _request_timeout=10)
+        api.create_namespaced_event(namespace, event, _request_timeout=API_TIMEOUT)
     except (ApiException, urllib3.exceptions.HTTPError) as exc:
         log.warning("could not record an Event on %s %s/%s: %s", kind, namespace, name, getattr(exc, "status", exc))
 
@@ -336,7 +348,18 @@ def record_event(
 def annotate_node(api: Any, node: str, key: str, value: str) -> str:
     """Set one annotation on a Node (a merge patch of that key alone); "" on success."""
     try:
-        api.patch_node(node, {"metadata": {"annotations": {key: value}}})
+        api.patch_node(node, {"metadata": {"annotations": {key: value}}}, _request_timeout=API_TIMEOUT)
         return ""
     except ApiException as exc:
         return f"annotating node {node} failed: {exc.status} {exc.reason}"
+    except urllib3.exceptions.HTTPError as exc:
+        return f"annotating node {node} failed: {unanswered(exc, API_TIMEOUT)}"
+
+
+def unanswered(exc: urllib3.exceptions.HTTPError, timeout: float) -> str:
+    """Why an API call got no reply, in words. (urllib3's NewConnectionError, a refused
+    connection, is a ConnectTimeoutError by inheritance only.)"""
+    refused = isinstance(exc, urllib3.exceptions.NewConnectionError)
+    if isinstance(exc, urllib3.exceptions.TimeoutError) and not refused:
+        return f"no answer within {timeout:g}s"
+    return connection_cause(exc)

@@ -36,7 +36,7 @@ from loadext.core.rebalance.selection import Candidate, exclusion
 from loadext.core.rebalance.streaks import SignalHeat
 from loadext.sources import evictions
 from loadext.sources.evictions import HOT_TAINT, REFUSED_TAINT, TAINT_KEYS, ApiUnavailable
-from loadext.sources.kube import record_event
+from loadext.sources.kube import API_TIMEOUT, record_event
 from loadext.sources.lease import Lease
 from loadext.sources.prometheus import PrometheusSource
 from loadext.sources.query_error import QueryError
@@ -330,7 +330,7 @@ class Rebalancer:
 def _read_taints(api: Any) -> dict[str, frozenset[tuple[str, str]]]:
     """Which nodes carry loadext's taints already (a restart, or another replica's earlier term)."""
     found: dict[str, frozenset[tuple[str, str]]] = {}
-    for node in api.list_node(_request_timeout=10).items:
+    for node in api.list_node(_request_timeout=API_TIMEOUT).items:
         ours = frozenset((t.key, t.effect) for t in node.spec.taints or () if t.key in TAINT_KEYS)
         if ours:
             found[node.metadata.name] = ours

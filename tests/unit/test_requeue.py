@@ -103,7 +103,7 @@ class RefusingApi:
     def __init__(self) -> None:
         self.calls = 0
 
-    def patch_node(self, name: str, body: Any) -> None:
+    def patch_node(self, name: str, body: Any, **kwargs: Any) -> None:
         self.calls += 1
         raise ApiException(status=403, reason="Forbidden")
 
