@@ -78,6 +78,7 @@ def test_demo_keep_leaves_the_stack_running_until_interrupted() -> None:
 
 
 @pytest.mark.packaging
+@pytest.mark.timeout(3300)  # a cold machine: the root filesystem, then two runs (harness/debian.py's bounds)
 def test_quick_start_on_stock_debian(tmp_path: Path) -> None:
     """The README's first command, unchanged, on a fresh Debian 12 (PEP 668 in force): it must
     install into .venv, never into Debian's interpreter, and a second setup must not reinstall."""

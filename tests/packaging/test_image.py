@@ -24,7 +24,8 @@ from harness.loadext import ready
 from harness.prometheus import PrometheusServer, free_port
 from harness.wire import names_request
 
-pytestmark = pytest.mark.packaging
+# Building the image from nothing may take up to image.sh's own 1500 s bound (harness/image.py).
+pytestmark = [pytest.mark.packaging, pytest.mark.timeout(1800)]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
