@@ -67,13 +67,16 @@ def list_nodes(api: Any) -> list[Node]:
     """Every Node, once (explain --config); a failure is one KubeError line."""
     try:
         return list_objects(api.list_node, Node, _request_timeout=API_TIMEOUT).items or []
-    except ApiException as exc:
-        raise KubeError(
-            f"listing Nodes failed: {exc.status} {exc.reason} ({api.api_client.configuration.host})"
-        ) from None
-    except urllib3.exceptions.HTTPError as exc:
-        host = api.api_client.configuration.host
-        raise KubeError(f"listing Nodes failed: {connection_cause(exc)} to {host}") from None
+    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        raise _failed(api, "listing Nodes", exc) from None
+
+
+def _failed(api: Any, doing: str, exc: ApiException | urllib3.exceptions.HTTPError) -> KubeError:
+    """A call the command cannot go on without, in one line that leads with the cause."""
+    host = api.api_client.configuration.host
+    if isinstance(exc, ApiException):
+        return KubeError(f"{doing} failed: {exc.status} {exc.reason} ({host})")
+    return KubeError(f"{doing} failed: {unanswered(exc, API_TIMEOUT)} to {host}")
 
 
 def bind(api: Any, args: BindingArgs, timeout: float = API_TIMEOUT) -> str:
@@ -289,7 +292,10 @@ class ListWatch(Generic[Object]):
 
 
 def read_configmap(api: Any, namespace: str, name: str, key: str) -> str:
-    configmap = api.read_namespaced_config_map(name, namespace, _request_timeout=API_TIMEOUT)
+    try:
+        configmap = api.read_namespaced_config_map(name, namespace, _request_timeout=API_TIMEOUT)
+    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        raise _failed(api, f"reading ConfigMap {namespace}/{name}", exc) from None
     data = configmap.data or {}
     if key not in data:
         raise KeyError(f"ConfigMap {namespace}/{name} has no key {key!r} (keys: {', '.join(data) or 'none'})")

@@ -74,7 +74,7 @@ def test_a_url_with_a_path_prefix_that_is_wrong_gets_the_base_url_hint(
     )
 
 
-def test_kubeconfig_problems_are_one_line_with_exit_4(tmp_path: Path) -> None:
+def test_kubeconfig_and_api_problems_are_one_line_with_exit_4(tmp_path: Path) -> None:
     config = str(write(tmp_path, live_config(f"http://127.0.0.1:{free_port()}", "x")))
     missing = loadext("explain", "--config", config, "--kubeconfig", str(tmp_path / "nope"))
     assert missing.returncode == EXIT_KUBERNETES
@@ -89,6 +89,10 @@ def test_kubeconfig_problems_are_one_line_with_exit_4(tmp_path: Path) -> None:
     unreachable = loadext("explain", "--config", config, "--kubeconfig", str(kubeconfig))
     assert unreachable.returncode == EXIT_KUBERNETES
     assert the_line(unreachable) == f"error: listing Nodes failed: connection refused to https://127.0.0.1:{port}"
+    configmap = loadext("serve", "--configmap", "ops/loadext", "--kubeconfig", str(kubeconfig))
+    assert configmap.returncode == EXIT_KUBERNETES
+    line = f"error: reading ConfigMap ops/loadext failed: connection refused to https://127.0.0.1:{port}"
+    assert the_line(configmap) == line
 
 
 def test_explain_with_address_identities_and_no_kubeconfig_says_it_needs_one(tmp_path: Path) -> None:
