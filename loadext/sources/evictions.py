@@ -16,8 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from loadext.core.herd.usage import pod_requests
 from loadext.core.rebalance.selection import PodFacts
-from loadext.sources.connection import connection_cause
-from loadext.sources.kube import API_TIMEOUT, list_objects, rfc3339_seconds
+from loadext.sources.kube import API_TIMEOUT, list_objects, rfc3339_seconds, unanswered
 from loadext.sources.objects import DetailedMeta, DetailedPod, DetailedSpec, PodStatus, requirements
 
 HOT_TAINT = ("loadext.io/hot", "PreferNoSchedule")  # hot nodes: the default scheduler's pods avoid them
@@ -40,7 +39,7 @@ def pods_on(api: Any, node: str) -> list[DetailedPod]:
     except ApiException as exc:
         raise ApiUnavailable(f"listing the pods of node {node} failed: {exc.status} {exc.reason}") from None
     except urllib3.exceptions.HTTPError as exc:
-        raise ApiUnavailable(f"listing the pods of node {node} failed: {connection_cause(exc)}") from None
+        raise ApiUnavailable(f"listing the pods of node {node} failed: {unanswered(exc, API_TIMEOUT)}") from None
     return listed.items or []
 
 
@@ -86,7 +85,7 @@ def evict(api: Any, namespace: str, name: str, uid: str) -> Evicted:
             return Evicted("pdb_blocked", _message(exc) or "a PodDisruptionBudget allows no disruption now")
         return Evicted("failed", f"{exc.status} {exc.reason}: {_message(exc)}")
     except urllib3.exceptions.HTTPError as exc:
-        raise ApiUnavailable(f"evicting {namespace}/{name} failed: {connection_cause(exc)}") from None
+        raise ApiUnavailable(f"evicting {namespace}/{name} failed: {unanswered(exc, API_TIMEOUT)}") from None
     return Evicted("evicted")
 
 
@@ -107,7 +106,7 @@ def set_taints(api: Any, node: str, wanted: Iterable[tuple[str, str]]) -> str:
     except ApiException as exc:
         return f"reading node {node} failed: {exc.status} {exc.reason}"
     except urllib3.exceptions.HTTPError as exc:
-        return f"reading node {node} failed: {connection_cause(exc)}"
+        return f"reading node {node} failed: {unanswered(exc, API_TIMEOUT)}"
     taints = [t.to_dict() for t in current.spec.taints or ()]
     kept = [{k: v for k, v in t.items() if v is not None} for t in taints if t.get("key") not in TAINT_KEYS]
     ours = sorted((t["key"], t["effect"]) for t in taints if t.get("key") in TAINT_KEYS)
@@ -122,5 +121,5 @@ def set_taints(api: Any, node: str, wanted: Iterable[tuple[str, str]]) -> str:
     except ApiException as exc:
         return f"tainting node {node} failed: {exc.status} {exc.reason}"
     except urllib3.exceptions.HTTPError as exc:
-        return f"tainting node {node} failed: {connection_cause(exc)}"
+        return f"tainting node {node} failed: {unanswered(exc, API_TIMEOUT)}"
     return ""
