@@ -30,12 +30,7 @@ class ApiUnavailable(Exception):
 
 def pods_on(api: Any, node: str) -> list[DetailedPod]:
     try:
-        listed = list_objects(
-            api.list_pod_for_all_namespaces,
-            DetailedPod,
-            field_selector=f"spec.nodeName={node}",
-            _request_timeout=API_TIMEOUT,
-        )
+        listed = list_objects(api.list_pod_for_all_namespaces, DetailedPod, field_selector=f"spec.nodeName={node}")
     except ApiException as exc:
         raise ApiUnavailable(f"listing the pods of node {node} failed: {exc.status} {exc.reason}") from None
     except urllib3.exceptions.HTTPError as exc:

@@ -66,7 +66,7 @@ def api_client(kubeconfig: str | None) -> Any:
 def list_nodes(api: Any) -> list[Node]:
     """Every Node, once (explain --config); a failure is one KubeError line."""
     try:
-        return list_objects(api.list_node, Node, _request_timeout=API_TIMEOUT).items or []
+        return list_objects(api.list_node, Node).items or []
     except (ApiException, urllib3.exceptions.HTTPError) as exc:
         raise _failed(api, "listing Nodes", exc) from None
 
@@ -122,8 +122,10 @@ class ObjectList(msgspec.Struct, Generic[Object]):
 
 
 def list_objects(list_call: Callable[..., Any], kind: type[Object], **list_args: Any) -> ObjectList[Object]:
-    """A list call's reply decoded by msgspec (only the fields of `kind`), not into the client's models."""
-    reply = list_call(_preload_content=False, **list_args)
+    """A list call's reply decoded by msgspec (only the fields of `kind`), not into the client's
+    models. Bounded by API_TIMEOUT unless `list_args` says otherwise: a list on a connection
+    that never answers would otherwise hold a watch thread, which re-lists on errors, for good."""
+    reply = list_call(_preload_content=False, **{"_request_timeout": API_TIMEOUT, **list_args})
     listed: ObjectList[Object] = msgspec.json.decode(reply.data, type=ObjectList[kind])  # type: ignore[valid-type]
     return listed
 

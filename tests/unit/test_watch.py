@@ -15,7 +15,7 @@ import orjson
 from kubernetes.client.exceptions import ApiException
 
 from loadext.http.protocol import Codec
-from loadext.sources.kube import ListWatch, bound_pod, whole_lists
+from loadext.sources.kube import API_TIMEOUT, ListWatch, bound_pod, whole_lists
 from loadext.sources.objects import Node, Pod
 
 
@@ -46,6 +46,7 @@ class Server:
     def __init__(self, script: list[bytes | ApiException], watch: ListWatch[Pod] | None = None) -> None:
         self.script = script
         self.calls: list[tuple[str, str]] = []
+        self.list_timeouts: list[float | None] = []
         self.watch = watch
 
     def __call__(self, **args: Any) -> Reply:
@@ -54,6 +55,7 @@ class Server:
             self.calls.append(("watch", args["resource_version"]))
         else:
             assert args["limit"] == ListWatch.PAGE_SIZE
+            self.list_timeouts.append(args.pop("_request_timeout", None))
             self.calls.append(("list", args["_continue"] or ""))
         if not self.script:
             assert self.watch is not None
@@ -114,6 +116,7 @@ def test_a_list_comes_in_pages_and_an_expired_token_starts_it_over_without_losin
     watch.run()
     lists = [("list", ""), ("list", "t1"), ("list", "t2"), ("list", ""), ("list", "t3")]
     assert server.calls == [*lists, ("watch", "20"), ("watch", "21")]
+    assert server.list_timeouts == [API_TIMEOUT] * len(lists)  # a list that never ends would stop the watch
     assert pages == [
         (["a", "b"], True, False),
         (["c"], False, False),
