@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from decimal import Decimal, DecimalException
+from decimal import ROUND_CEILING, Decimal, DecimalException
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -32,6 +32,7 @@ def parse_duration(text: str) -> float:
 
 _QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 _DECIMAL_POWERS = {"n": -3, "u": -2, "m": -1, "k": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+_INT64_MAX = Decimal(2**63 - 1)  # a Quantity's own ceiling
 _MULTIPLIERS: dict[str | None, Decimal] = {
     None: Decimal(1),
     **{suffix: Decimal(1024) ** power for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)},
@@ -58,5 +59,22 @@ def _parsed(text: str) -> float | None:
         return None
     try:
         return float(Decimal(match.group(1)) * _MULTIPLIERS[match.group(2)])
+    except DecimalException:
+        return None
+
+
+def whole_quantity(value: object, milli: bool = False) -> int | None:
+    """A Kubernetes quantity as the scheduler compares it: an integer, rounded up (Quantity's
+    Value, or MilliValue with `milli`, as for CPU). Exact where floats are not: "100m" three
+    times is 300 millicores, never 300.00000000000006. None if absent or unparsable."""
+    if value is None or isinstance(value, bool):
+        return None
+    text = str(value)
+    match = _QUANTITY.match(text)
+    if match is None:
+        return None
+    try:
+        exact = Decimal(match.group(1)) * _MULTIPLIERS[match.group(2)] * (1000 if milli else 1)
+        return int(min(exact, _INT64_MAX).to_integral_value(rounding=ROUND_CEILING))
     except DecimalException:
         return None

@@ -25,7 +25,6 @@ from loadext.core.mapping import SeriesMapping
 from loadext.core.nodes import NodeDirectory
 from loadext.core.policy import DecisionTable, Verdict, build_table
 from loadext.core.rebalance.heat import Heat, build_heat
-from loadext.core.rebalance.port import Room
 from loadext.core.rebalance.streaks import HotStreaks
 from loadext.core.requests import BoundPod, ExtenderArgs, NodeInfo
 from loadext.core.signal_health import SignalHealth
@@ -248,7 +247,7 @@ class Cluster:
             config.max_data_age, self.clock(),
         )  # fmt: skip
 
-    def passing_with(self, usage: Usage, excluding: str) -> list[Room]:
+    def passing_with(self, usage: Usage, excluding: str) -> list[str]:
         table = self.table()
         names = [name for name in sorted(self.directory.names()) if name != excluding]
         identities = self.identities_of(names, {}, table)
@@ -256,8 +255,7 @@ class Cluster:
         if verdicts is None:
             verdicts = self.measured(identities, table)
         passing = [(-verdict.score, name) for name, verdict in zip(names, verdicts, strict=True) if verdict.passed]
-        allocatable, labels = self.directory.allocatable, self.directory.labelled()
-        return [Room(name, allocatable(name) or {}, labels.get(name, {})) for _, name in sorted(passing)]
+        return [name for _, name in sorted(passing)]
 
     def stranded_count(self) -> int:
         """Pods whose last filter passed no node (loadext_stranded_pods)."""

@@ -1,4 +1,4 @@
-"""The Kubernetes calls the rebalancer makes: the pods of a node, evictions through the Eviction
+"""The Kubernetes calls the rebalancer makes to act (placement.py reads): evictions through the Eviction
 API (policy/v1, so PodDisruptionBudgets hold), and loadext's taints on Nodes (its Events go
 through kube.record_event). Blocking, like kube.py: callers run them in worker threads.
 """
@@ -14,10 +14,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from loadext.core.herd.usage import pod_requests
-from loadext.core.rebalance.selection import PodFacts
-from loadext.sources.kube import API_TIMEOUT, list_objects, rfc3339_seconds, unanswered
-from loadext.sources.objects import DetailedMeta, DetailedPod, DetailedSpec, PodStatus, requirements
+from loadext.sources.kube import API_TIMEOUT, unanswered
 
 HOT_TAINT = ("loadext.io/hot", "PreferNoSchedule")  # hot nodes: the default scheduler's pods avoid them
 REFUSED_TAINT = ("loadext.io/refused", "NoSchedule")  # refused nodes: cluster-autoscaler sees them full
@@ -26,38 +23,6 @@ TAINT_KEYS = frozenset(key for key, _ in (HOT_TAINT, REFUSED_TAINT))
 
 class ApiUnavailable(Exception):
     """The API server could not be asked: this cycle stops, nothing more is evicted."""
-
-
-def pods_on(api: Any, node: str) -> list[DetailedPod]:
-    try:
-        listed = list_objects(api.list_pod_for_all_namespaces, DetailedPod, field_selector=f"spec.nodeName={node}")
-    except ApiException as exc:
-        raise ApiUnavailable(f"listing the pods of node {node} failed: {exc.status} {exc.reason}") from None
-    except urllib3.exceptions.HTTPError as exc:
-        raise ApiUnavailable(f"listing the pods of node {node} failed: {unanswered(exc, API_TIMEOUT)}") from None
-    return listed.items or []
-
-
-def facts(pod: DetailedPod) -> PodFacts:
-    meta, spec, status = pod.metadata or DetailedMeta(), pod.spec or DetailedSpec(), pod.status or PodStatus()
-    controller = next((ref.kind for ref in meta.ownerReferences or () if ref.controller), "")
-    annotations = meta.annotations
-    return PodFacts(
-        namespace=meta.namespace,
-        name=meta.name,
-        uid=meta.uid,
-        controller_kind=controller,
-        workload=meta.owner(),
-        priority=spec.priority or 0,
-        evict_annotation=annotations.evict if annotations is not None else None,
-        mirror=annotations is not None and annotations.mirror is not None,
-        local_storage=any(v.emptyDir is not None or v.hostPath is not None for v in spec.volumes or ()),
-        created=rfc3339_seconds(meta.creationTimestamp),
-        phase=status.phase,
-        deleting=meta.deletionTimestamp is not None,
-        requests=pod_requests(requirements(spec.containers), requirements(spec.initContainers), spec.overhead or {}),
-        node_selector=spec.nodeSelector or {},
-    )
 
 
 @dataclass(frozen=True)

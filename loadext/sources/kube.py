@@ -24,11 +24,12 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from loadext.core.requests import BindingArgs, BoundPod
 from loadext.sources.connection import connection_cause
-from loadext.sources.objects import ConfigMap, DetailedPod, ListMeta, Node, Pod, PodStatus, Status, WatchEvent
+from loadext.sources.objects import ConfigMap, ListMeta, Node, Pod, PodStatus, Status, WatchEvent
 
 log = logging.getLogger(__name__)
 
-Object = TypeVar("Object", Pod, Node, ConfigMap, DetailedPod)
+Object = TypeVar("Object", Pod, Node, ConfigMap)  # what the watches keep
+Item = TypeVar("Item", bound=msgspec.Struct)  # any decoded list item
 
 # Seconds one API call may take (the watches' long polls excepted): without a bound, an API
 # server that takes the connection and never answers holds a worker thread forever, and a
@@ -116,18 +117,40 @@ class Bookmark(msgspec.Struct):
     metadata: ListMeta
 
 
-class ObjectList(msgspec.Struct, Generic[Object]):
+class ObjectList(msgspec.Struct, Generic[Item]):
     metadata: ListMeta = msgspec.field(default_factory=ListMeta)
-    items: list[Object] | None = None
+    items: list[Item] | None = None
 
 
-def list_objects(list_call: Callable[..., Any], kind: type[Object], **list_args: Any) -> ObjectList[Object]:
+def list_objects(list_call: Callable[..., Any], kind: type[Item], **list_args: Any) -> ObjectList[Item]:
     """A list call's reply decoded by msgspec (only the fields of `kind`), not into the client's
     models. Bounded by API_TIMEOUT unless `list_args` says otherwise: a list on a connection
     that never answers would otherwise hold a watch thread, which re-lists on errors, for good."""
     reply = list_call(_preload_content=False, **{"_request_timeout": API_TIMEOUT, **list_args})
-    listed: ObjectList[Object] = msgspec.json.decode(reply.data, type=ObjectList[kind])  # type: ignore[valid-type]
+    listed: ObjectList[Item] = msgspec.json.decode(reply.data, type=ObjectList[kind])  # type: ignore[valid-type]
     return listed
+
+
+LIST_PAGE = 500  # objects per page, as client-go's reflector asks
+
+
+def list_all(list_call: Callable[..., Any], kind: type[Item], **list_args: Any) -> list[Item]:
+    """Every object of a list, page by page; a continue token that expires midway (410 Gone)
+    starts the list again, once, then the error stands."""
+    for attempt in (1, 2):
+        items: list[Item] = []
+        token: str | None = None
+        try:
+            while True:
+                page = list_objects(list_call, kind, limit=LIST_PAGE, _continue=token, **list_args)
+                items += page.items or []
+                if not page.metadata.continue_:
+                    return items
+                token = page.metadata.continue_
+        except ApiException as exc:
+            if exc.status != 410 or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 try:

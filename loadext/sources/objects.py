@@ -114,37 +114,6 @@ class Pod(Decoded):
         )
 
 
-class PodAnnotations(Decoded):
-    """The annotations the rebalancer reads; the rest is skipped in C."""
-
-    evict: str | None = msgspec.field(name="loadext.io/evict", default=None)
-    mirror: str | None = msgspec.field(name="kubernetes.io/config.mirror", default=None)
-
-
-class DetailedMeta(PodMeta):
-    annotations: PodAnnotations | None = None
-
-
-class Volume(Decoded):
-    emptyDir: msgspec.Raw | None = None
-    hostPath: msgspec.Raw | None = None
-
-
-class DetailedSpec(PodSpec):
-    priority: int | None = None
-    nodeSelector: dict[str, str] | None = None
-    volumes: tuple[Volume, ...] | None = None
-
-
-class DetailedPod(Decoded):
-    """A pod as the rebalancer reads it (the pods of one node, listed per cycle): what decides
-    whether it may move. The pod watch decodes the leaner Pod."""
-
-    metadata: DetailedMeta | None = None
-    spec: DetailedSpec | None = None
-    status: PodStatus | None = None
-
-
 class NodeAddress(Decoded):
     type: str = ""
     address: str = ""

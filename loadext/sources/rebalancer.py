@@ -4,15 +4,13 @@ pods off hot nodes (core/rebalance/ decides; this module reads the API and Prome
 One cycle:
 1. Off, standby (another replica holds the Lease) or paused (no fresh metrics: never act on
    stale data) ends it there; the taints of a node are kept in step either way while active.
-2. For each hot node, its pods (listed by node name) and their measured usage (the herd
-   guard's per-pod queries, `herdGuard.podUsage`, run now); the pods that may move become
-   candidates, each with its share of the node.
-3. The free requests of the nodes loadext would place on first (`TARGETS` of them for each
-   nodeSelector among the candidates), so that a target is checked for room without an API
-   call per candidate.
-4. The plan (core/rebalance/plan.py), then each move: in dry run counted and told, else evicted
-   through the Eviction API, after checking the Lease is still held, with an Event on the pod
-   and on the node.
+2. The cluster as the scheduler sees it (sources/placement.py: every Node, bound Pod and
+   Namespace) and the pods' measured usage (the herd guard's per-pod queries,
+   `herdGuard.podUsage`, run now).
+3. The plan (core/rebalance/: candidates, the fewest pods to move, a target the real scheduler
+   would accept for each), then each move: in dry run counted and told, else evicted through
+   the Eviction API, after checking the Lease is still held, with an Event on the pod and on
+   the node.
 """
 
 from __future__ import annotations
@@ -21,20 +19,19 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from loadext.config import Config, PrometheusConfig
 from loadext.config.schema import Rebalance
 from loadext.core.herd.learned import PodKey
-from loadext.core.herd.usage import Usage
-from loadext.core.rebalance.heat import Heat
-from loadext.core.rebalance.plan import HotNode, Pacing, Step, plan
-from loadext.core.rebalance.port import RebalanceState, Room
-from loadext.core.rebalance.selection import Candidate, exclusion
+from loadext.core.rebalance.candidates import hot_node
+from loadext.core.rebalance.plan import Pacing, Step, plan
+from loadext.core.rebalance.port import RebalanceState
 from loadext.core.rebalance.streaks import SignalHeat
-from loadext.sources import evictions
+from loadext.core.rebalance.targets import targets
+from loadext.sources import evictions, placement
 from loadext.sources.evictions import HOT_TAINT, REFUSED_TAINT, TAINT_KEYS, ApiUnavailable
 from loadext.sources.kube import API_TIMEOUT, record_event
 from loadext.sources.lease import Lease
@@ -45,8 +42,6 @@ from loadext.telemetry.rebalance import RebalanceMetrics
 
 log = logging.getLogger(__name__)
 
-TARGETS = 10  # nodes whose free requests are read per cycle: the ones loadext would place on first
-SHARED_RESOURCES = ("cpu", "memory")  # the signals a pod's measured usage is a share of
 REASON = "LoadextRebalance"
 
 
@@ -134,13 +129,20 @@ class Rebalancer:
             return []
         now = self.clock()
         try:
-            nodes = await asyncio.to_thread(self._read_hot, heat, hot, config, now)
-            free = await asyncio.to_thread(self._free_requests, self._likely_targets(nodes, hot))
+            cluster, usage = await asyncio.to_thread(self._read, config)
         except (ApiUnavailable, QueryError) as exc:
             log.warning("rebalance cycle skipped: %s", exc)
             return []
+        backing_off = {uid for uid, until in self._backoff.items() if until > now}
+        nodes = [
+            hot_node(
+                node, signals, heat.over.get(node, {}), heat.allocatable.get(node, {}),
+                cluster.pods.get(node, ()), usage, policy, backing_off, now,
+            )
+            for node, signals in hot.items()
+        ]  # fmt: skip
         window = config.herd_guard.window
-        steps = plan(nodes, policy, self.pacing, window, now, self._target_for(free))
+        steps = plan(nodes, policy, self.pacing, window, now, targets(cluster.world, self.state.passing_with))
         return await self._carry_out(steps, dry_run or policy.mode == "dryRun", window)
 
     def report(self) -> dict[str, Any]:
@@ -157,93 +159,15 @@ class Rebalancer:
 
     # --- reading ------------------------------------------------------------------------------
 
-    def _read_hot(
-        self, heat: Heat, hot: Mapping[str, tuple[SignalHeat, ...]], config: Config, now: float
-    ) -> list[HotNode]:
-        """Blocking (a worker thread; it reads no loadext state): the hot nodes' pods and usage."""
-        usage = self._pod_usage(config)
-        return [self._hot_node(node, signals, heat, usage, config.rebalance, now) for node, signals in hot.items()]
-
-    def _likely_targets(self, nodes: list[HotNode], hot: Mapping[str, object]) -> list[Room]:
-        """For each nodeSelector among the candidates, the TARGETS best nodes that match it."""
-        passing = [room for room in self.state.passing_with(Usage(), excluding="") if room.node not in hot]
-        selectors = {tuple(sorted(c.pod.node_selector.items())) for node in nodes for c in node.candidates}
-        chosen: dict[str, Room] = {}
-        for selector in selectors:
-            matching = [room for room in passing if all(room.labels.get(k) == v for k, v in selector)]
-            chosen.update((room.node, room) for room in matching[:TARGETS])
-        return list(chosen.values())
-
-    def _free_requests(self, rooms: list[Room]) -> dict[str, Usage]:
-        """Blocking: each room's allocatable less the requests of the pods on it."""
-        free: dict[str, Usage] = {}
-        for room in rooms:
-            used = Usage()
-            for pod in evictions.pods_on(self.api, room.node):
-                facts = evictions.facts(pod)
-                if facts.phase not in ("Succeeded", "Failed"):
-                    used = used + facts.requests
-            free[room.node] = Usage(room.allocatable.get("cpu", 0.0), room.allocatable.get("memory", 0.0)) - used
-        return free
-
-    def _pod_usage(self, config: Config) -> dict[str, dict[PodKey, float]]:
+    def _read(self, config: Config) -> tuple[placement.Cluster, dict[str, dict[PodKey, float]]]:
+        """Blocking (a worker thread; it reads no loadext state): the cluster and the pods' usage."""
+        cluster = placement.read(self.api)
         if self._source is None or self._source[0] != config.prometheus:
             self.close()
             self._source = (config.prometheus, PrometheusSource(config.prometheus))
         source = self._source[1]
         queries = {"cpu": config.herd_guard.pod_usage_cpu, "memory": config.herd_guard.pod_usage_memory}
-        return {r: source.query_pods(f"podUsage.{r}", q)[0] for r, q in queries.items() if q}
-
-    def _hot_node(
-        self,
-        node: str,
-        signals: tuple[SignalHeat, ...],
-        heat: Heat,
-        usage: Mapping[str, Mapping[PodKey, float]],
-        policy: Rebalance,
-        now: float,
-    ) -> HotNode:
-        over = heat.over.get(node, {})
-        overshoot = {s: v for s, v in over.items() if s in SHARED_RESOURCES}
-        allocatable = heat.allocatable.get(node, {})
-        candidates: list[Candidate] = []
-        excluded: list[tuple[str, str]] = []
-        for pod in evictions.pods_on(self.api, node):
-            facts = evictions.facts(pod)
-            key = (facts.namespace, facts.name)
-            why = exclusion(facts, policy, now)
-            if why is None and self._backoff.get(facts.uid, 0.0) > now:
-                why = "a PodDisruptionBudget refused its eviction; backing off"
-            if why is None and not any(key in usage.get(r, {}) for r in SHARED_RESOURCES):
-                why = "no measured usage (herdGuard.podUsage has no series for it)"
-            if why is not None:
-                excluded.append((facts.key, why))
-                continue
-            measured = Usage(usage.get("cpu", {}).get(key, 0.0), usage.get("memory", {}).get(key, 0.0))
-            shares = {r: measured.get(r) / allocatable[r] for r in SHARED_RESOURCES if allocatable.get(r)}
-            candidates.append(Candidate(facts, measured, shares))
-        if over and not overshoot:
-            excluded.insert(0, ("", f"over its threshold on {', '.join(over)} only: no per-pod usage to choose by"))
-            candidates.clear()
-        return HotNode(node, signals, overshoot, tuple(candidates), tuple(excluded))
-
-    def _target_for(self, free: dict[str, Usage]) -> Callable[[Candidate, str], str | None]:
-        """The first node that passes loadext's filter with the pod, matches its nodeSelector
-        and has room for its requests (among those whose free requests were read); a move
-        takes its room."""
-
-        def target_for(candidate: Candidate, source: str) -> str | None:
-            needs, selector = candidate.pod.requests, candidate.pod.node_selector.items()
-            for room in self.state.passing_with(candidate.usage, source):
-                left = free.get(room.node)
-                if left is None or not all(room.labels.get(key) == value for key, value in selector):
-                    continue
-                if left.cpu >= needs.cpu and left.memory >= needs.memory:
-                    free[room.node] = left - needs
-                    return room.node
-            return None
-
-        return target_for
+        return cluster, {r: source.query_pods(f"podUsage.{r}", q)[0] for r, q in queries.items() if q}
 
     # --- acting -------------------------------------------------------------------------------
 

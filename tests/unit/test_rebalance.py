@@ -15,9 +15,11 @@ from loadext.config import ConfigError, parse_config
 from loadext.config.schema import Rebalance, Signal
 from loadext.core.cluster import Cluster
 from loadext.core.herd.usage import Usage
+from loadext.core.rebalance.fit.model import PodConstraints
 from loadext.core.rebalance.plan import HotNode, Pacing, Step, plan
 from loadext.core.rebalance.selection import SYSTEM_CLUSTER_CRITICAL, Candidate, PodFacts, choose, exclusion
 from loadext.core.rebalance.streaks import HotStreaks, SignalHeat
+from loadext.core.rebalance.targets import Target
 from loadext.core.requests import NodeInfo
 from loadext.core.snapshot import Sample, SignalValues, Snapshot
 from loadext.sources.rebalancer import Rebalancer
@@ -174,7 +176,7 @@ def pod(name: str = "web-1", **changes: object) -> PodFacts:
     base = PodFacts(
         namespace="shop", name=name, uid=f"uid-{name}", controller_kind="ReplicaSet", workload="shop/Deployment/web",
         priority=0, evict_annotation=None, mirror=False, local_storage=False, created=NOW - 3600, phase="Running",
-        deleting=False, requests=Usage(0.5, 2**28), node_selector={},
+        deleting=False, requests=Usage(0.5, 2**28), constraints=PodConstraints("shop", name, f"uid-{name}"),
     )  # fmt: skip
     return replace(base, **changes)  # type: ignore[arg-type]
 
@@ -256,14 +258,14 @@ def test_a_cycle_moves_within_its_limits_and_only_where_a_target_fits() -> None:
             tuple(replace(c, pod=replace(c.pod, workload=pods_by_workload[c.pod.name])) for c in node.candidates),
         )
     policy = replace(POLICY, max_per_cycle=2)
-    steps = plan(nodes, policy, Pacing(), 300.0, NOW, lambda c, source: None if c.pod.name == "c" else "cool-1")
+    steps = plan(nodes, policy, Pacing(), 300.0, NOW, lambda c, source: Target(refused="none here") if c.pod.name == "c" else Target("cool-1"))
     assert [(s.node, s.pod, s.result, s.target) for s in steps] == [
         ("n1", "shop/b", "planned", "cool-1"),  # 0.15 covers 0.13 best; one per node per cycle
         ("n2", "shop/c", "no_target", ""),
         ("n3", "shop/d", "planned", "cool-1"),
     ]
     assert steps[0].reason == "node cpu 93% >= 85% for 5m"
-    capped = plan(nodes, replace(policy, max_per_cycle=1), Pacing(), 300.0, NOW, lambda c, s: "cool-1")
+    capped = plan(nodes, replace(policy, max_per_cycle=1), Pacing(), 300.0, NOW, lambda c, s: Target("cool-1"))
     assert [(s.node, s.result) for s in capped] == [("n1", "planned"), ("n2", "rate_limited"), ("n3", "rate_limited")]
 
 
@@ -275,10 +277,10 @@ def test_a_node_waits_out_the_herd_window_and_a_workload_moves_one_pod_at_a_time
         hot_node("n1", 0.95, [candidate("a", 0.2, workload=web)]),
         hot_node("n2", 0.95, [candidate("b", 0.2, workload=web)]),
     ]
-    steps = plan(nodes, POLICY, pacing, 300.0, NOW, lambda c, s: "cool-1")
+    steps = plan(nodes, POLICY, pacing, 300.0, NOW, lambda c, s: Target("cool-1"))
     assert steps[0].result == "rate_limited" and "waiting 200s more" in steps[0].skipped
     assert steps[1].result == "rate_limited" and "shop/Deployment/web has 1 pod(s) moving" in steps[1].skipped
-    later = plan(nodes, POLICY, pacing, 300.0, NOW + 250, lambda c, s: "cool-1")
+    later = plan(nodes, POLICY, pacing, 300.0, NOW + 250, lambda c, s: Target("cool-1"))
     assert [s.result for s in later] == ["planned", "rate_limited"]  # the same workload: one at a time
 
 
@@ -296,10 +298,9 @@ def cluster_with(values: dict[str, float], rebalance: str = "{enabled: true, hot
 def test_a_target_passes_the_filter_with_the_pod_added() -> None:
     cluster = cluster_with({"hot": 0.95, "warm": 0.7, "cool": 0.3})
     assert cluster.heat().hot().keys() == {"hot"}
-    assert [room.node for room in cluster.passing_with(Usage(0.5, 0.0), excluding="hot")] == ["cool", "warm"]
+    assert cluster.passing_with(Usage(0.5, 0.0), excluding="hot") == ["cool", "warm"]
     # 2 cores of 10 are 20 %: warm (70 %) would end at 90 %, over its 80 % threshold
-    rooms = cluster.passing_with(Usage(2.0, 0.0), excluding="hot")
-    assert [(room.node, room.labels["zone"], room.allocatable["cpu"]) for room in rooms] == [("cool", "a", 10.0)]
+    assert cluster.passing_with(Usage(2.0, 0.0), excluding="hot") == ["cool"]
 
 
 class FakeLease:

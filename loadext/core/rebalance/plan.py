@@ -6,21 +6,22 @@ the limits.
 - At most `maxPerCycle` pods move per cycle in all, hottest nodes first.
 - A workload (a pod's owner) has at most `maxUnavailablePerWorkload` pods moving: evicted
   within the herd window.
-- A pod moves only if some other node passes loadext's own filter with the pod's measured usage
-  added and has room for its requests (`target_for`, which the Cluster and the API answer);
-  otherwise the plan says `no target` and leaves it.
+- A pod moves only to a node that passes loadext's own filter with the pod's measured usage
+  added and that the real scheduler would accept for its replacement (targets.py); otherwise the
+  plan says `no target`, and why, and leaves it.
 
 Each step says why in words an Event can carry: `node cpu 93% >= 90% for 5m`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loadext.config.schema import Rebalance
 from loadext.core.rebalance.selection import Candidate, choose
 from loadext.core.rebalance.streaks import SignalHeat
+from loadext.core.rebalance.targets import TargetFor
 
 # Results of a step, the label values of loadext_rebalance_evictions_total (the executor turns
 # "planned" into evicted, pdb_blocked, dry_run or failed).
@@ -93,7 +94,7 @@ def plan(
     pacing: Pacing,
     window: float,
     now: float,
-    target_for: Callable[[Candidate, str], str | None],
+    target_for: TargetFor,
 ) -> list[Step]:
     steps: list[Step] = []
     moves = 0
@@ -125,11 +126,11 @@ def plan(
                 steps.append(Step(node.name, pod.key, reason, "rate_limited", skipped=limit, uid=pod.uid))
                 continue
             target = target_for(candidate, node.name)
-            if target is None:
-                skipped = "no target: no other node passes the filter with it and has room for its requests"
+            if not target.node:
+                skipped = f"no target: {target.refused}"
                 steps.append(Step(node.name, pod.key, reason, "no_target", skipped=skipped, uid=pod.uid))
                 continue
-            steps.append(Step(node.name, pod.key, reason, target=target, uid=pod.uid, workload=pod.workload))
+            steps.append(Step(node.name, pod.key, reason, target=target.node, uid=pod.uid, workload=pod.workload))
             moves += 1
             on_node += 1
             moving[pod.workload] = moving.get(pod.workload, 0) + 1

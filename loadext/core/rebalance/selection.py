@@ -5,7 +5,8 @@ a DaemonSet's (it would come back to the same node), a mirror or static pod, a b
 controller recreates it), annotated `loadext.io/evict: "false"`, in an excluded namespace
 (default kube-system), at or above system-cluster-critical priority, using local storage
 (emptyDir, hostPath) unless `evictLocalStorage`, younger than `minPodAge` (its usage is not
-known yet), not running, or already being deleted.
+known yet), not running, already being deleted, or asking the scheduler for what the fit cannot
+judge (a claim on a volume, a resource claim: `cannot verify ...`, fit/verifiable.py).
 
 The choice, among the pods that may move, is the fewest whose measured usage brings every
 signal of the node within its filter threshold, not just under evictAt: moving less would
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 
 from loadext.config.schema import Rebalance
 from loadext.core.herd.usage import Usage
+from loadext.core.rebalance.fit import unverifiable
+from loadext.core.rebalance.fit.model import PodConstraints
 
 SYSTEM_CLUSTER_CRITICAL = 2_000_000_000  # the priority of the system-cluster-critical class
 EVICT_ANNOTATION = "loadext.io/evict"
@@ -49,7 +52,7 @@ class PodFacts:
     phase: str
     deleting: bool
     requests: Usage
-    node_selector: Mapping[str, str]  # a target must carry these labels
+    constraints: PodConstraints  # what the scheduler will ask of its replacement's node
 
     @property
     def key(self) -> str:
@@ -78,7 +81,7 @@ def exclusion(pod: PodFacts, policy: Rebalance, now: float) -> str | None:
         return "uses local storage (emptyDir or hostPath)"
     if now - pod.created < policy.min_pod_age:
         return f"younger than minPodAge ({now - pod.created:.0f}s)"
-    return None
+    return unverifiable(pod.constraints)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,51 @@
+"""A hot node as the plan sees it: which of its pods may move (selection.exclusion, a PDB's recent
+refusal, measured usage), each with its share of the node, and how far above its thresholds the
+node is on the signals a pod's usage is a share of."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from loadext.config.schema import Rebalance
+from loadext.core.herd.learned import PodKey
+from loadext.core.herd.usage import Usage
+from loadext.core.rebalance.plan import HotNode
+from loadext.core.rebalance.selection import Candidate, PodFacts, exclusion
+from loadext.core.rebalance.streaks import SignalHeat
+
+SHARED_RESOURCES = ("cpu", "memory")  # the signals a pod's measured usage is a share of
+
+
+def hot_node(
+    name: str,
+    signals: tuple[SignalHeat, ...],
+    over: Mapping[str, float],
+    allocatable: Mapping[str, float],
+    pods: Sequence[PodFacts],
+    usage: Mapping[str, Mapping[PodKey, float]],
+    policy: Rebalance,
+    backing_off: Collection[str],
+    now: float,
+) -> HotNode:
+    """`over`: signal -> value - threshold where above it now; `usage`: resource -> pod -> measured;
+    `backing_off`: uids whose eviction a PodDisruptionBudget refused within the herd window."""
+    overshoot = {s: v for s, v in over.items() if s in SHARED_RESOURCES}
+    candidates: list[Candidate] = []
+    excluded: list[tuple[str, str]] = []
+    for pod in pods:
+        key = (pod.namespace, pod.name)
+        why = exclusion(pod, policy, now)
+        if why is None and pod.uid in backing_off:
+            why = "a PodDisruptionBudget refused its eviction; backing off"
+        if why is None and not any(key in usage.get(r, {}) for r in SHARED_RESOURCES):
+            why = "no measured usage (herdGuard.podUsage has no series for it)"
+        if why is not None:
+            excluded.append((pod.key, why))
+            continue
+        measured = Usage(usage.get("cpu", {}).get(key, 0.0), usage.get("memory", {}).get(key, 0.0))
+        shares = {r: measured.get(r) / allocatable[r] for r in SHARED_RESOURCES if allocatable.get(r)}
+        candidates.append(Candidate(pod, measured, shares))
+    if over and not overshoot:
+        excluded.insert(0, ("", f"over its threshold on {', '.join(over)} only: no per-pod usage to choose by"))
+        candidates.clear()
+    return HotNode(name, signals, overshoot, tuple(candidates), tuple(excluded))
