@@ -221,6 +221,70 @@ def test_a_hot_node_sheds_a_pod_within_its_budget_to_a_cool_node(
         )
 
 
+def test_a_move_goes_only_where_the_scheduler_would_place_the_replacement(
+    cluster: Cluster, controllers: Process, exporter: Exporter, slug: str, tmp_path: Any
+) -> None:
+    """The cluster a new user tried: two hot nodes, two cool ones, a cooler node tainted NoSchedule
+    and a cordoned one; one workload requires zone b, where only its own hot node is open. The plan
+    moves the free pod to a cool node and leaves the zoned one, saying why."""
+    zone = "topology.kubernetes.io/zone"
+    hot_a, hot_b = f"{slug}-hot-a", f"{slug}-hot-b"
+    cool, tainted, cordoned = [f"{slug}-cool-1", f"{slug}-cool-2"], f"{slug}-tainted", f"{slug}-cordoned"
+
+    def running(pod: Any) -> None:
+        exporter.set_gauge("loadext_e2e_pod_cpu", POD_CORES, namespace=E2E_NAMESPACE, pod=pod.metadata.name)
+        exporter.set_gauge("loadext_e2e_pod_memory", 2**30, namespace=E2E_NAMESPACE, pod=pod.metadata.name)
+
+    kubelet = FakeKubelet(cluster.core, {hot_a, hot_b}, running)
+    apps = client.AppsV1Api(cluster.plane.api())
+    free, zoned = replica_set(f"{slug}-free", "plain-scheduler", 1), replica_set(f"{slug}-zoned", "plain-scheduler", 1)
+    for workload in (free, zoned):
+        workload.spec.template.spec.node_selector = {CASE_LABEL: slug}
+    requirement = client.V1NodeSelectorRequirement(key=zone, operator="In", values=["b"])
+    only_b = client.V1NodeSelector(node_selector_terms=[client.V1NodeSelectorTerm(match_expressions=[requirement])])
+    zoned.spec.template.spec.affinity = client.V1Affinity(
+        node_affinity=client.V1NodeAffinity(required_during_scheduling_ignored_during_execution=only_b)
+    )
+    try:
+        make_node(cluster.core, hot_a, slug, **{zone: "a"})  # alone at first: the free pod lands there
+        apps.create_namespaced_replica_set(E2E_NAMESPACE, free)
+        wait_until(lambda: list(pods_of(cluster, f"{slug}-free").values()) == [hot_a], "the free pod on hot-a")
+        make_node(cluster.core, hot_b, slug, **{zone: "b"})
+        apps.create_namespaced_replica_set(E2E_NAMESPACE, zoned)
+        wait_until(lambda: list(pods_of(cluster, f"{slug}-zoned").values()) == [hot_b], "the zoned pod on hot-b")
+        for node, node_zone in [(cool[0], "a"), (cool[1], "a"), (tainted, "b"), (cordoned, "b")]:
+            make_node(cluster.core, node, slug, **{zone: node_zone})
+        dedicated = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+        cluster.core.patch_node(tainted, {"spec": {"taints": [dedicated]}})
+        cluster.core.patch_node(cordoned, {"spec": {"unschedulable": True}})
+        loads = {hot_a: (0.95, 0.3), hot_b: (0.95, 0.3), cool[0]: (0.4, 0.3), cool[1]: (0.35, 0.3)}
+        loads |= {tainted: (0.1, 0.3), cordoned: (0.05, 0.3)}  # the coolest two: loadext's filter likes them best
+        set_load(exporter, loads)
+        wait_loadext_sees(cluster, loads)
+        wait_until(lambda: all(p.status.phase == "Running" for p in workload_pods(cluster, slug)), "both running")
+
+        planned = {p["pod"].split("/")[1].rsplit("-", 1)[0]: p for p in once(cluster, tmp_path) if slug in p["pod"]}
+        assert planned[f"{slug}-free"]["result"] == "dry_run", planned
+        assert planned[f"{slug}-free"]["target"] in cool, planned
+        step = planned[f"{slug}-zoned"]
+        assert step["result"] == "no_target" and "target" not in step, planned
+        assert step["skipped"].startswith("no target: the scheduler would refuse each node loadext passes ("), step
+        assert f"the node is cordoned (unschedulable): {cordoned}" in step["skipped"], step
+        assert f"untolerated taint dedicated=gpu:NoSchedule: {tainted}" in step["skipped"], step
+    finally:
+        kubelet.stop()
+        for workload in (free, zoned):
+            apps.delete_namespaced_replica_set(workload.metadata.name, E2E_NAMESPACE)
+        cluster.core.delete_collection_namespaced_pod(
+            E2E_NAMESPACE, label_selector=f"app in ({slug}-free,{slug}-zoned)", grace_period_seconds=0
+        )
+
+
+def workload_pods(cluster: Cluster, slug: str) -> list[Any]:
+    selector = f"app in ({slug}-free,{slug}-zoned)"
+    return list(cluster.core.list_namespaced_pod(E2E_NAMESPACE, label_selector=selector).items)
+
+
 def taints(cluster: Cluster, node: str) -> list[tuple[str, str]]:
     found = cluster.core.read_node(node).spec.taints or []
     return [(t.key, t.effect) for t in found if t.key.startswith("loadext.io/")]

@@ -218,7 +218,7 @@ def test_targets_take_the_first_node_the_scheduler_accepts_and_keep_its_room() -
     assert second.node == ""
     assert second.refused == (
         "the scheduler would refuse each node loadext passes "
-        "(cordoned: the node is cordoned (unschedulable); cool: insufficient cpu)"
+        "(the node is cordoned (unschedulable): cordoned; insufficient cpu: cool)"
     )
     assert targets(world, lambda usage, source: [])(candidate(pod("p3")), "hot").refused == (
         "no other node passes loadext's filter with it"

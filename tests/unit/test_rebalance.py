@@ -258,7 +258,14 @@ def test_a_cycle_moves_within_its_limits_and_only_where_a_target_fits() -> None:
             tuple(replace(c, pod=replace(c.pod, workload=pods_by_workload[c.pod.name])) for c in node.candidates),
         )
     policy = replace(POLICY, max_per_cycle=2)
-    steps = plan(nodes, policy, Pacing(), 300.0, NOW, lambda c, source: Target(refused="none here") if c.pod.name == "c" else Target("cool-1"))
+    steps = plan(
+        nodes,
+        policy,
+        Pacing(),
+        300.0,
+        NOW,
+        lambda c, source: Target(refused="none here") if c.pod.name == "c" else Target("cool-1"),
+    )
     assert [(s.node, s.pod, s.result, s.target) for s in steps] == [
         ("n1", "shop/b", "planned", "cool-1"),  # 0.15 covers 0.13 best; one per node per cycle
         ("n2", "shop/c", "no_target", ""),

@@ -3,9 +3,8 @@ own filter with the pod's measured usage added (and the pods in flight there) an
 kube-scheduler's default filters would accept for it (fit/). A planned move takes its room in the
 cycle's World, so the next move is judged with it taken.
 
-When no node qualifies, the refusal says why for the first few, in the scheduler's words where
-the scheduler is the one refusing: an operator reads "cordoned" or "untolerated taint", not a
-bare "no target".
+When no node qualifies, the refusal says why, each reason with the nodes it refused, in the
+scheduler's words: an operator reads "cordoned" or "untolerated taint", not a bare "no target".
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from loadext.core.herd.usage import Usage
 from loadext.core.rebalance.fit import Judge, World
 from loadext.core.rebalance.selection import Candidate
 
-SHOWN = 3  # refused nodes named in a no-target reason
+SHOWN = 3  # nodes named per reason in a no-target reason
 
 
 @dataclass(frozen=True)
@@ -34,19 +33,25 @@ def targets(world: World, passing: Passing) -> TargetFor:
     def target_for(candidate: Candidate, source: str) -> Target:
         pod = candidate.pod.constraints
         judge = Judge(pod, world, leaving=source)
-        refused: list[str] = []
+        refused: dict[str, list[str]] = {}  # reason -> nodes, in loadext's order
         nodes = passing(candidate.usage, source)
         for node in nodes:
             why = judge.refusal(node)
             if why is None:
                 world.move(pod, source, node)
                 return Target(node)
-            refused.append(f"{node}: {why}")
+            refused.setdefault(why, []).append(node)
         if not nodes:
             return Target(refused="no other node passes loadext's filter with it")
-        more = f"; +{len(refused) - SHOWN} more" if len(refused) > SHOWN else ""
-        return Target(
-            refused=f"the scheduler would refuse each node loadext passes ({'; '.join(refused[:SHOWN])}{more})"
-        )
+        return Target(refused=f"the scheduler would refuse each node loadext passes ({_grouped(refused)})")
 
     return target_for
+
+
+def _grouped(refused: dict[str, list[str]]) -> str:
+    """`reason: node, node, +N more` per reason, the most common first."""
+    parts = []
+    for why, nodes in sorted(refused.items(), key=lambda item: -len(item[1])):
+        more = f", +{len(nodes) - SHOWN} more" if len(nodes) > SHOWN else ""
+        parts.append(f"{why}: {', '.join(nodes[:SHOWN])}{more}")
+    return "; ".join(parts)
