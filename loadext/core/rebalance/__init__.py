@@ -2,10 +2,12 @@
 
 - streaks.py: which nodes run hot, with hysteresis (hot after `hotFor` refreshes at or above
   `evictAt`, cool after `coolFor` within the threshold);
-- selection.py: which pods of a hot node may move, and the fewest that bring it back within
-  its thresholds;
-- plan.py: the moves of one cycle, within the rate limits, each with a target node that passes
-  loadext's own filter with the pod added.
+- selection.py and candidates.py: which pods of a hot node may move, and the fewest that bring
+  it back within its thresholds;
+- fit/: whether kube-scheduler's default filters would accept a pod's replacement on a node;
+- targets.py: the first node that passes loadext's filter with the pod added and the fit;
+- plan.py: the moves of one cycle, within the rate limits, each with its target.
 
-Pure, like the rest of core: sources/rebalancer.py reads the pods and evicts them.
+Pure, like the rest of core: sources/placement.py reads the cluster, sources/rebalancer.py
+evicts.
 """
