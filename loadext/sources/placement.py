@@ -253,6 +253,7 @@ def pod_facts(pod: ScheduledPod) -> PodFacts:
     template_hash = (meta.labels or {}).get("pod-template-hash", "")
     annotations = meta.annotations
     volumes = [next((k for k in v if k != "name"), "") for v in spec.volumes or ()]
+    scheduled = constraints(pod, volumes)
     return PodFacts(
         namespace=meta.namespace,
         name=meta.name,
@@ -266,8 +267,8 @@ def pod_facts(pod: ScheduledPod) -> PodFacts:
         created=rfc3339_seconds(meta.creationTimestamp),
         phase=status.phase,
         deleting=meta.deletionTimestamp is not None,
-        requests=_usage(spec),
-        constraints=constraints(pod, volumes),
+        requests=_usage(scheduled.requests),
+        constraints=scheduled,
     )
 
 
@@ -315,9 +316,8 @@ def _requests(spec: Spec) -> dict[str, int]:
     return effective_requests([_own(c) for c in spec.containers or ()], init, spec.overhead, pod_level)
 
 
-def _usage(spec: Spec) -> Usage:
+def _usage(requests: Mapping[str, int]) -> Usage:
     """The requests as the rebalancer's room and estimates count them (cores, bytes)."""
-    requests = _requests(spec)
     return Usage(requests.get("cpu", 0) / 1000, float(requests.get("memory", 0)))
 
 
