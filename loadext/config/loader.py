@@ -205,7 +205,7 @@ def _names(value: Any) -> tuple[str, ...]:
 
 
 def _rebalance(section: Section) -> Rebalance:
-    taints = section.section("taints")
+    taints, stop_rule = section.section("taints"), section.section("stopRule")
     rebalance = Rebalance(
         enabled=section.setting(Rebalance, "enabled", boolean),
         mode=section.setting(Rebalance, "mode", choice(*REBALANCE_MODES)),
@@ -220,8 +220,11 @@ def _rebalance(section: Section) -> Rebalance:
         evict_local_storage=section.setting(Rebalance, "evict_local_storage", boolean),
         taint_hot=taints.setting(Rebalance, "taint_hot", boolean),
         taint_refused=taints.setting(Rebalance, "taint_refused", boolean),
+        pending_for=stop_rule.setting(Rebalance, "pending_for", positive_duration),
+        pause_for=stop_rule.setting(Rebalance, "pause_for", positive_duration),
     )
     taints.finish()
+    stop_rule.finish()
     section.finish()
     return rebalance
 

@@ -239,6 +239,10 @@ class Rebalance:
     evict_local_storage: bool = setting("evictLocalStorage", False)  # pods with emptyDir or hostPath volumes
     taint_hot: bool = setting("taints.hot", False)  # loadext.io/hot:PreferNoSchedule while a node is hot
     taint_refused: bool = setting("taints.refused", False)  # loadext.io/refused:NoSchedule while loadext refuses it
+    # the stop rule (core/rebalance/followup.py): a replacement Pending longer than pendingFor, or on
+    # a node the filter refuses within the herd window, pauses moves of its workload for pauseFor
+    pending_for: float = setting("stopRule.pendingFor", 120.0, DURATION)
+    pause_for: float = setting("stopRule.pauseFor", 1800.0, DURATION)
 
 
 @dataclass(frozen=True)

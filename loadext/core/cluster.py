@@ -257,6 +257,9 @@ class Cluster:
         passing = [(-verdict.score, name) for name, verdict in zip(names, verdicts, strict=True) if verdict.passed]
         return [name for _, name in sorted(passing)]
 
+    def moved(self, workload: str, usage: Usage, until: float) -> None:
+        self.ledger.learned.moved(workload, usage, self.clock(), until)
+
     def stranded_count(self) -> int:
         """Pods whose last filter passed no node (loadext_stranded_pods)."""
         return len(self.stranded)

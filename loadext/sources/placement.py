@@ -10,7 +10,8 @@ keeps such a pod where it is rather than guess.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from loadext.core.rebalance.fit import World
 from loadext.core.rebalance.fit import model as fit
 from loadext.core.rebalance.fit.resources import effective_requests
 from loadext.core.rebalance.fit.verifiable import NEUTRAL_VOLUMES
+from loadext.core.rebalance.followup import Replica
 from loadext.core.rebalance.selection import PodFacts
 from loadext.sources.evictions import ApiUnavailable
 from loadext.sources.kube import API_TIMEOUT, list_all, rfc3339_seconds, unanswered
@@ -200,6 +202,24 @@ class Cluster:
 
     world: World
     pods: Mapping[str, list[PodFacts]]  # node -> its pods
+    pending: list[PodFacts]  # not bound to a node yet
+
+    def replicas(self, workloads: Collection[str]) -> list[Replica]:
+        """The pods of these workloads not being deleted, bound or not, for the stop rule."""
+        bound = ((node, pod) for node, pods in self.pods.items() for pod in pods)
+        return [
+            Replica(pod.uid, pod.key, pod.workload, node)
+            for node, pod in itertools.chain(bound, (("", pod) for pod in self.pending))
+            if pod.workload in workloads and not pod.deleting
+        ]
+
+    def members(self, workloads: Collection[str]) -> dict[str, frozenset[str]]:
+        """workload -> the uids of its pods now: before an eviction, the pods that are not its
+        replacement."""
+        found: dict[str, set[str]] = {}
+        for replica in self.replicas(workloads):
+            found.setdefault(replica.workload, set()).add(replica.uid)
+        return {workload: frozenset(uids) for workload, uids in found.items()}
 
 
 def read(api: Any) -> Cluster:
@@ -207,15 +227,17 @@ def read(api: Any) -> Cluster:
     pods = _listed(api.list_pod_for_all_namespaces, ScheduledPod, "pods", field_selector=NOT_TERMINAL)
     namespaces = _listed(api.list_namespace, Namespace, "namespaces")
     by_node: dict[str, list[PodFacts]] = {}
+    pending: list[PodFacts] = []
     placed = []
     for pod in pods:
-        if not pod.spec.nodeName:
-            continue  # not bound: the scheduler does not count it on any node
         facts = pod_facts(pod)
+        if not pod.spec.nodeName:
+            pending.append(facts)  # not bound: the scheduler does not count it on any node
+            continue
         by_node.setdefault(pod.spec.nodeName, []).append(facts)
         placed.append(fit.PlacedPod(facts.constraints, pod.spec.nodeName, facts.deleting))
     labels = {ns.metadata.name: ns.metadata.labels or {} for ns in namespaces}
-    return Cluster(World(map(node_facts, nodes), placed, labels), by_node)
+    return Cluster(World(map(node_facts, nodes), placed, labels), by_node, pending)
 
 
 def _listed(call: Callable[..., Any], kind: type[Any], what: str, **args: Any) -> list[Any]:

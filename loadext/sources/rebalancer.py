@@ -3,14 +3,19 @@ pods off hot nodes (core/rebalance/ decides; this module reads the API and Prome
 
 One cycle:
 1. Off, standby (another replica holds the Lease) or paused (no fresh metrics: never act on
-   stale data) ends it there; the taints of a node are kept in step either way while active.
-2. The cluster as the scheduler sees it (sources/placement.py: every Node, bound Pod and
+   stale data) ends it there; loadext's taints are kept in step either way while active
+   (taints.py).
+2. The cluster as the scheduler sees it (sources/placement.py: every Node, non-terminal Pod and
    Namespace) and the pods' measured usage (the herd guard's per-pod queries,
-   `herdGuard.podUsage`, run now).
-3. The plan (core/rebalance/: candidates, the fewest pods to move, a target the real scheduler
+   `herdGuard.podUsage`, run now); read while a node is hot, a move is being followed, or a
+   node carries the refused taint.
+3. The stop rule (core/rebalance/followup.py): each earlier move's replacement, followed until
+   it is placed on a node within the thresholds, or pauses its workload (Pending too long, or
+   its node over a threshold), with an Event.
+4. The plan (core/rebalance/: candidates, the fewest pods to move, a target the real scheduler
    would accept for each), then each move: in dry run counted and told, else evicted through
    the Eviction API, after checking the Lease is still held, with an Event on the pod and on
-   the node.
+   the node; the pod's measured usage becomes its replacement's estimate (the herd guard).
 """
 
 from __future__ import annotations
@@ -23,26 +28,29 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from loadext.config import Config, PrometheusConfig
-from loadext.config.schema import Rebalance
+from loadext.config import Config
 from loadext.core.herd.learned import PodKey
-from loadext.core.rebalance.candidates import hot_node
+from loadext.core.rebalance.candidates import Holds, hot_node
+from loadext.core.rebalance.followup import STOPPING, Followup, Move, Outcome, Pause
 from loadext.core.rebalance.plan import Pacing, Step, plan
 from loadext.core.rebalance.port import RebalanceState
 from loadext.core.rebalance.streaks import SignalHeat
+from loadext.core.rebalance.taints import wanted
 from loadext.core.rebalance.targets import targets
 from loadext.sources import evictions, placement
-from loadext.sources.evictions import HOT_TAINT, REFUSED_TAINT, TAINT_KEYS, ApiUnavailable
-from loadext.sources.kube import API_TIMEOUT, record_event
+from loadext.sources.evictions import ApiUnavailable
+from loadext.sources.kube import record_event
 from loadext.sources.lease import Lease
-from loadext.sources.prometheus import PrometheusSource
+from loadext.sources.pod_usage import PodUsageReader
 from loadext.sources.query_error import QueryError
+from loadext.sources.taints import NodeTaintKeeper
 from loadext.sources.wakeup import woken_within
 from loadext.telemetry.rebalance import RebalanceMetrics
 
 log = logging.getLogger(__name__)
 
 REASON = "LoadextRebalance"
+PAUSED_REASON = "LoadextRebalancePaused"
 
 
 @dataclass(frozen=True)
@@ -81,10 +89,13 @@ class Rebalancer:
         self.clock = clock
         self.pacing = Pacing()
         self.history: deque[Done] = deque(maxlen=50)
+        self.replacements: deque[Outcome] = deque(maxlen=50)
+        self.followup = Followup()
+        self.taints = NodeTaintKeeper(api, metrics)
+        self.held_back: dict[str, list[str]] = {}  # node -> DaemonSets whose pod the refused taint keeps off it
         self.status = "off"
         self._backoff: dict[str, float] = {}  # pod uid -> until when a PDB refusal is respected
-        self._tainted: dict[str, frozenset[tuple[str, str]]] | None = None  # node -> loadext's taints; None: unread
-        self._source: tuple[PrometheusConfig, PrometheusSource] | None = None
+        self.pod_usage = PodUsageReader()
         self._wake = asyncio.Event()
 
     def poke(self) -> None:
@@ -102,14 +113,13 @@ class Rebalancer:
             await woken_within(self._wake, self.state.config.rebalance.cycle)
 
     def close(self) -> None:
-        if self._source is not None:
-            self._source[1].close()
+        self.pod_usage.close()
 
     async def cycle(self, dry_run: bool = False) -> list[Done]:
         config = self.state.config
         policy = config.rebalance
         if not policy.enabled:
-            await self._sync_taints(frozenset(), frozenset(), policy)
+            await self.taints.sync({}, active=False)
             self._now("off")
             return []
         if self.lease is not None:
@@ -124,26 +134,30 @@ class Rebalancer:
         self._now("active")
         hot = heat.hot()
         self.metrics.hot_nodes.set(len(hot))
-        await self._sync_taints(frozenset(hot), heat.refused, policy)
-        if not hot:
-            return []
+        await self.taints.sync(wanted(hot, heat.refused, policy), active=True)
         now = self.clock()
+        if not (hot or self.followup.following or self.taints.any_set):
+            self._paused(now)
+            self._held_back({})
+            return []
         try:
-            cluster, usage = await asyncio.to_thread(self._read, config)
+            cluster, held, usage = await asyncio.to_thread(self._read, config)
         except (ApiUnavailable, QueryError) as exc:
             log.warning("rebalance cycle skipped: %s", exc)
             return []
-        backing_off = {uid for uid, until in self._backoff.items() if until > now}
+        self._held_back(held)
+        window = config.herd_guard.window
+        await self._settle(cluster, heat.refused, window, now)
+        holds = Holds({uid for uid, until in self._backoff.items() if until > now}, self._paused(now))
         nodes = [
             hot_node(
                 node, signals, heat.over.get(node, {}), heat.allocatable.get(node, {}),
-                cluster.pods.get(node, ()), usage, policy, backing_off, now,
+                cluster.pods.get(node, ()), usage, policy, holds, now,
             )
             for node, signals in hot.items()
         ]  # fmt: skip
-        window = config.herd_guard.window
         steps = plan(nodes, policy, self.pacing, window, now, targets(cluster.world, self.state.passing_with))
-        return await self._carry_out(steps, dry_run or policy.mode == "dryRun", window)
+        return await self._carry_out(steps, dry_run or policy.mode == "dryRun", window, cluster)
 
     def report(self) -> dict[str, Any]:
         """For /explain: the state, each node's streaks, the last moves."""
@@ -155,23 +169,46 @@ class Rebalancer:
             "state": self.status,
             "nodes": {node: [_streak(s) for s in signals] for node, signals in (heat.streaks if heat else {}).items()},
             "last": [done.as_json() for done in reversed(self.history)],
+            "paused": {w: {"until": p.until, "why": p.why} for w, p in self.followup.paused(self.clock()).items()},
+            "replacements": [_replacement(o) for o in reversed(self.replacements)],
+            "daemonPodsHeldBack": self.held_back,
         }
 
     # --- reading ------------------------------------------------------------------------------
 
-    def _read(self, config: Config) -> tuple[placement.Cluster, dict[str, dict[PodKey, float]]]:
-        """Blocking (a worker thread; it reads no loadext state): the cluster and the pods' usage."""
+    def _read(self, config: Config) -> tuple[placement.Cluster, dict[str, list[str]], dict[str, dict[PodKey, float]]]:
+        """Blocking (a worker thread; it reads no loadext state): the cluster, the DaemonSet pods
+        the refused taint holds back, and the pods' usage."""
         cluster = placement.read(self.api)
-        if self._source is None or self._source[0] != config.prometheus:
-            self.close()
-            self._source = (config.prometheus, PrometheusSource(config.prometheus))
-        source = self._source[1]
-        queries = {"cpu": config.herd_guard.pod_usage_cpu, "memory": config.herd_guard.pod_usage_memory}
-        return cluster, {r: source.query_pods(f"podUsage.{r}", q)[0] for r, q in queries.items() if q}
+        held = self.taints.held_back(cluster) if self.taints.any_set else {}
+        return cluster, held, self.pod_usage.read(config)
 
     # --- acting -------------------------------------------------------------------------------
 
-    async def _carry_out(self, steps: list[Step], dry_run: bool, window: float) -> list[Done]:
+    async def _settle(self, cluster: placement.Cluster, refused: frozenset[str], window: float, now: float) -> None:
+        """The stop rule's cycle: what came of earlier moves; an Event on the pod for each that
+        pauses its workload."""
+        policy = self.state.config.rebalance
+        replicas = cluster.replicas(self.followup.workloads)
+        for outcome in self.followup.observe(replicas, refused, now, policy.pending_for, window, policy.pause_for):
+            self.metrics.replacements.labels(outcome.outcome).inc()
+            self.replacements.append(outcome)
+            move = outcome.move
+            if outcome.outcome not in STOPPING:
+                log.info("rebalance replacement %s: %s", outcome.outcome, outcome.detail)
+                continue
+            message = f"loadext: moves of {move.workload} paused for {policy.pause_for:.0f}s: {outcome.detail}"
+            log.warning("rebalance replacement %s: %s", outcome.outcome, message)
+            namespace, name = (outcome.replacement or move.pod).split("/", 1)
+            uid = outcome.replacement_uid or move.uid
+            await asyncio.to_thread(
+                record_event, self.api, "Pod", name, namespace, PAUSED_REASON, message, "Warning", uid
+            )
+
+    async def _carry_out(
+        self, steps: list[Step], dry_run: bool, window: float, cluster: placement.Cluster
+    ) -> list[Done]:
+        existing = cluster.members({step.workload for step in steps if step.result == "planned"})
         done: list[Done] = []
         lost = False
         for step in steps:
@@ -184,22 +221,16 @@ class Rebalancer:
                 lost = True
                 done.append(Done(now, step.node, step.pod, step.reason, "rate_limited", skipped="the Lease was lost"))
             else:
-                done.append(await self._evict(step, now, window))
+                done.append(await self._evict(step, now, window, existing.get(step.workload, frozenset())))
         for each in done:
             self.metrics.counted(each.result)
             self.history.append(each)
             if each.result in ("evicted", "dry_run", "pdb_blocked", "failed"):
-                log.info(
-                    "rebalance %s: %s on %s (%s)%s",
-                    each.result,
-                    each.pod,
-                    each.node,
-                    each.reason,
-                    f" -> {each.target}" if each.target else f": {each.detail}" if each.detail else "",
-                )
+                where = f" -> {each.target}" if each.target else f": {each.detail}" if each.detail else ""
+                log.info("rebalance %s: %s on %s (%s)%s", each.result, each.pod, each.node, each.reason, where)
         return done
 
-    async def _evict(self, step: Step, now: float, window: float) -> Done:
+    async def _evict(self, step: Step, now: float, window: float, existing: frozenset[str]) -> Done:
         namespace, name = step.pod.split("/", 1)
         try:
             evicted = await asyncio.to_thread(evictions.evict, self.api, namespace, name, step.uid)
@@ -210,37 +241,22 @@ class Rebalancer:
         if evicted.result != "evicted":
             return Done(now, step.node, step.pod, step.reason, evicted.result, step.target, detail=evicted.detail)
         self.pacing.evicted(step.node, step.workload, now, window)
+        self.state.moved(step.workload, step.usage, now + window)
+        self.followup.moved(Move(step.workload, step.pod, step.uid, step.node, step.target, now, existing))
         message = f"loadext: {step.reason}; moving it to a node with room"
         await asyncio.to_thread(record_event, self.api, "Pod", name, namespace, REASON, message, uid=step.uid)
         on_node = f"loadext: {step.reason}; evicted {step.pod} to make room"
         await asyncio.to_thread(record_event, self.api, "Node", step.node, "default", REASON, on_node)
         return Done(now, step.node, step.pod, step.reason, "evicted", step.target)
 
-    async def _sync_taints(self, hot: frozenset[str], refused: frozenset[str], policy: Rebalance) -> None:
-        """loadext's taints exactly on the nodes that should carry them now (none when off)."""
-        wanted: dict[str, frozenset[tuple[str, str]]] = {}
-        for node in hot if policy.enabled and policy.taint_hot else ():
-            wanted[node] = wanted.get(node, frozenset()) | {HOT_TAINT}
-        for node in refused if policy.enabled and policy.taint_refused else ():
-            wanted[node] = wanted.get(node, frozenset()) | {REFUSED_TAINT}
-        if self._tainted is None:
-            if not policy.enabled:
-                return  # never active in this process: nothing of ours to clear
-            self._tainted = await asyncio.to_thread(_read_taints, self.api)  # a restart finds its own
-        current = self._tainted
-        for node in sorted(set(current) | set(wanted)):
-            target = wanted.get(node, frozenset())
-            if current.get(node, frozenset()) == target:
-                continue
-            error = await asyncio.to_thread(evictions.set_taints, self.api, node, target)
-            if error:
-                log.warning("%s", error)
-                self.metrics.taint_errors.inc()
-                continue
-            if target:
-                current[node] = target
-            else:
-                current.pop(node, None)
+    def _paused(self, now: float) -> dict[str, Pause]:
+        paused = self.followup.paused(now)
+        self.metrics.paused_workloads.set(len(paused))
+        return paused
+
+    def _held_back(self, held: dict[str, list[str]]) -> None:
+        self.held_back = held
+        self.metrics.daemon_pods_held_back.set(sum(map(len, held.values())))
 
     def _now(self, state: str) -> None:
         if state != self.status:
@@ -249,16 +265,9 @@ class Rebalancer:
             self.metrics.now(state)
             if state != "active":
                 self.metrics.hot_nodes.set(0)
-
-
-def _read_taints(api: Any) -> dict[str, frozenset[tuple[str, str]]]:
-    """Which nodes carry loadext's taints already (a restart, or another replica's earlier term)."""
-    found: dict[str, frozenset[tuple[str, str]]] = {}
-    for node in api.list_node(_request_timeout=API_TIMEOUT).items:
-        ours = frozenset((t.key, t.effect) for t in node.spec.taints or () if t.key in TAINT_KEYS)
-        if ours:
-            found[node.metadata.name] = ours
-    return found
+            if state in ("off", "standby"):
+                self.followup.forget()
+                self._paused(self.clock())
 
 
 def _streak(heat: SignalHeat) -> dict[str, Any]:
@@ -270,4 +279,18 @@ def _streak(heat: SignalHeat) -> dict[str, Any]:
         "hot": heat.hot,
         "streak": heat.streak,
         "since": heat.since,
+    }
+
+
+def _replacement(outcome: Outcome) -> dict[str, Any]:
+    move = outcome.move
+    return {
+        "time": move.at,
+        "workload": move.workload,
+        "evicted": move.pod,
+        "target": move.target,
+        "replacement": outcome.replacement,
+        "node": outcome.node,
+        "outcome": outcome.outcome,
+        "detail": outcome.detail,
     }

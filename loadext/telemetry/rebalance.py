@@ -1,9 +1,11 @@
-"""The rebalancer: hot nodes, each planned move by result, and whether it acts."""
+"""The rebalancer: hot nodes, each planned move by result, what came of each eviction's
+replacement and the workloads paused by it, and whether it acts."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from loadext.core.rebalance.followup import OUTCOMES
 from loadext.core.rebalance.plan import RESULTS
 
 STATES = ("off", "standby", "paused", "active")
@@ -27,8 +29,27 @@ class RebalanceMetrics:
             registry=r,
         )
         self.taint_errors = Counter("loadext_rebalance_taint_errors", "Node taint updates that failed.", registry=r)
+        self.replacements = Counter(
+            "loadext_rebalance_replacements",
+            "Evicted pods' replacements by what came of them: on_target, elsewhere (bound, its node within "
+            "the thresholds for a herd window), pending (not bound within stopRule.pendingFor), hot (bound "
+            "to a node the filter refuses within the herd window). pending and hot pause the workload.",
+            ["outcome"],
+            registry=r,
+        )
+        self.paused_workloads = Gauge(
+            "loadext_rebalance_paused_workloads", "Workloads whose moves the stop rule pauses now.", registry=r
+        )
+        self.daemon_pods_held_back = Gauge(
+            "loadext_rebalance_daemon_pods_held_back",
+            "DaemonSet pods missing from a node only because of loadext's refused taint (taints.refused): "
+            "the DaemonSet controller does not create them there until the taint goes.",
+            registry=r,
+        )
         for result in RESULTS:
             self.evictions.labels(result)
+        for outcome in OUTCOMES:
+            self.replacements.labels(outcome)
         self.now("off")
 
     def now(self, state: str) -> None:

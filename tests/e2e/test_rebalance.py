@@ -1,17 +1,19 @@
 """The rebalancer on the real control plane, with the real kube-controller-manager (its
-ReplicaSet controller recreates evicted pods; its disruption controller computes PDB status):
-pods placed while a node was cool, then the node runs hot. Dry run plans and evicts nothing (and
-`loadext rebalance --once` prints the same plan); of two replicas exactly one acts; a
-PodDisruptionBudget blocks the eviction; once it allows one, a pod is evicted with Events on it
-and on its node, and its replacement lands on a cool node through loadext's scheduler; the hot
-taint comes and goes.
+ReplicaSet controller recreates evicted pods; its disruption controller computes PDB status; its
+DaemonSet controller decides where daemon pods run): pods placed while a node was cool, then the
+node runs hot. Dry run plans and evicts nothing (and `loadext rebalance --once` prints the same
+plan); of two replicas exactly one acts; a PodDisruptionBudget blocks the eviction; once it
+allows one, a pod is evicted with Events on it and on its node, and its replacement lands on a
+cool node through loadext's scheduler; the hot taint comes and goes. A move that does not help
+(its replacement Pending, or its new node over a threshold) pauses its workload; the refused
+taint's cost, the daemon pods it keeps off a node, is counted.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -35,6 +37,7 @@ from harness.loadext import LOADEXT
 from harness.metrics_text import metric_if_present
 from harness.prometheus import free_port
 from loadext.commands.tables import format_explain
+from loadext.core.rebalance.followup import OUTCOMES
 from loadext.sources.lease import Lease
 from loadext.telemetry.rebalance import STATES
 
@@ -45,7 +48,7 @@ POD_CORES = 1.6  # each pod's measured usage: 20 % of an 8-core node
 def controllers(cluster: Cluster) -> Iterator[Process]:
     applied = cluster.plane.kubectl("apply", "-f", str(ROOT / "manifests/overlays/rebalance/rebalance-rbac.yaml"))
     assert applied.returncode == 0, applied.stderr
-    process = cluster.plane.start_controller_manager("replicaset", "disruption")
+    process = cluster.plane.start_controller_manager("replicaset", "disruption", "daemonset")
     yield process
     process.stop()
     cluster.plane.processes.remove(process)
@@ -277,6 +280,191 @@ def test_a_move_goes_only_where_the_scheduler_would_place_the_replacement(
             apps.delete_namespaced_replica_set(workload.metadata.name, E2E_NAMESPACE)
         cluster.core.delete_collection_namespaced_pod(
             E2E_NAMESPACE, label_selector=f"app in ({slug}-free,{slug}-zoned)", grace_period_seconds=0
+        )
+
+
+def replaced(cluster: Cluster, slug: str, placed: dict[str, str]) -> dict[str, str]:
+    """uid -> node of the workload's pods that were not there at `placed`."""
+    return {uid: node for uid, node in pods_of(cluster, slug).items() if uid not in placed}
+
+
+def outcomes_since(loadext: LoadextProcess) -> Callable[[], dict[str, float]]:
+    """loadext_rebalance_replacements_total by outcome, counted from now on (earlier tests'
+    moves are counted by the same loadext)."""
+
+    def now() -> dict[str, float]:
+        metrics = loadext.metrics()
+        return {o: metric_if_present(metrics, "loadext_rebalance_replacements_total", outcome=o) or 0 for o in OUTCOMES}
+
+    before = now()
+
+    def since() -> dict[str, float]:
+        return {o: v - before[o] for o, v in now().items() if v > before[o]}
+
+    return since
+
+
+def told(loadext: LoadextProcess, slug: str) -> list[dict[str, Any]]:
+    """/explain's settled replacements of the workload `slug`."""
+    replacements = rebalance_report(loadext)["replacements"]
+    return [r for r in replacements if r["workload"] == f"{E2E_NAMESPACE}/ReplicaSet/{slug}"]
+
+
+def two_pods_on_a_node_gone_hot(cluster: Cluster, exporter: Exporter, slug: str) -> tuple[str, str, FakeKubelet]:
+    """A hot node and a cool one; a two-pod ReplicaSet `slug` placed on the hot one while it was
+    cool, both running; then it runs hot. Returns (hot, cool, the kubelet playing both)."""
+    hot, cool = f"{slug}-hot", f"{slug}-cool"
+    for node in (hot, cool):
+        make_node(cluster.core, node, slug)
+
+    def running(pod: Any) -> None:
+        exporter.set_gauge("loadext_e2e_pod_cpu", POD_CORES, namespace=E2E_NAMESPACE, pod=pod.metadata.name)
+        exporter.set_gauge("loadext_e2e_pod_memory", 2**30, namespace=E2E_NAMESPACE, pod=pod.metadata.name)
+
+    kubelet = FakeKubelet(cluster.core, {hot, cool}, running)
+    placing = {hot: (0.1, 0.3), cool: (0.9, 0.3)}
+    set_load(exporter, placing)
+    wait_loadext_sees(cluster, placing)
+    client.AppsV1Api(cluster.plane.api()).create_namespaced_replica_set(
+        E2E_NAMESPACE, replica_set(slug, "loadext-scheduler-bind", 2)
+    )
+    wait_until(lambda: list(pods_of(cluster, slug).values()) == [hot, hot], "both replicas on the cool node")
+    wait_until(lambda: all(p.status.phase == "Running" for p in workload(cluster, slug)), "both running")
+    drifted = {hot: (0.95, 0.3), cool: (0.3, 0.3)}
+    set_load(exporter, drifted)
+    wait_loadext_sees(cluster, drifted)
+    return hot, cool, kubelet
+
+
+def workload(cluster: Cluster, slug: str) -> list[Any]:
+    return list(cluster.core.list_namespaced_pod(E2E_NAMESPACE, label_selector=f"app={slug}").items)
+
+
+def cleanup(cluster: Cluster, slug: str, kubelet: FakeKubelet) -> None:
+    kubelet.stop()
+    cluster.loadext.set_config(e2e_config(cluster.proxy.url))
+    client.AppsV1Api(cluster.plane.api()).delete_namespaced_replica_set(slug, E2E_NAMESPACE)
+    cluster.core.delete_collection_namespaced_pod(E2E_NAMESPACE, label_selector=f"app={slug}", grace_period_seconds=0)
+
+
+def test_a_replacement_left_pending_pauses_its_workloads_moves(
+    cluster: Cluster, controllers: Process, exporter: Exporter, slug: str
+) -> None:
+    """The replacement's scheduler is gone (its template now names one that does not run): the
+    move cannot help. Past stopRule.pendingFor the rebalancer counts it, pauses the workload with
+    an Event on the replacement and says so in /explain; the other pod on the still-hot node then
+    stays, for that reason."""
+    hot, cool, kubelet = two_pods_on_a_node_gone_hot(cluster, exporter, slug)
+    apps = client.AppsV1Api(cluster.plane.api())
+    try:
+        placed, new_outcomes = pods_of(cluster, slug), outcomes_since(cluster.loadext)
+        evicted = counted(cluster.loadext, "evicted")
+        gone = {"spec": {"template": {"spec": {"schedulerName": "nobody"}}}}
+        apps.patch_namespaced_replica_set(slug, E2E_NAMESPACE, gone)
+        workload_key = f"{E2E_NAMESPACE}/ReplicaSet/{slug}"
+        stop_rule = {"pendingFor": "3s", "pauseFor": "10m"}
+        cluster.loadext.set_config(rebalancing(cluster, mode="evict", stopRule=stop_rule))
+        wait_until(lambda: new_outcomes() == {"pending": 1.0}, "the stop rule to see the Pending replacement")
+        [(uid, node)] = replaced(cluster, slug, placed).items()
+        assert node == ""  # the cluster agrees: not bound
+        assert metric_if_present(cluster.loadext.metrics(), "loadext_rebalance_paused_workloads") == 1
+        why = rebalance_report(cluster.loadext)["paused"][workload_key]["why"]
+        assert why.startswith(f"the replacement of {E2E_NAMESPACE}/{slug}-") and "stayed Pending for " in why, why
+        [settled] = told(cluster.loadext, slug)
+        assert (settled["outcome"], settled["target"], settled["node"]) == ("pending", cool, ""), settled
+        events = [e for e in cluster.core.list_namespaced_event(E2E_NAMESPACE).items if e.involved_object.uid == uid]
+        paused = [e for e in events if e.reason == "LoadextRebalancePaused"]
+        assert paused and paused[0].type == "Warning", events
+        assert paused[0].message.startswith(f"loadext: moves of {workload_key} paused for 600s: the replacement of ")
+
+        # The node stays hot; once its herd window has passed, its other pod is kept, and why.
+        def kept() -> bool:
+            steps = [s for s in rebalance_report(cluster.loadext)["last"] if s["node"] == hot]
+            return any(s["result"] == "no_candidate" and "are paused (stopRule)" in s["skipped"] for s in steps)
+
+        wait_until(kept, "a cycle to keep the paused workload's pod on the hot node", timeout=30)
+        assert counted(cluster.loadext, "evicted") == evicted + 1 and len(pods_of(cluster, slug)) == 2
+    finally:
+        cleanup(cluster, slug, kubelet)
+
+
+def test_a_replacement_whose_node_goes_over_a_threshold_pauses_its_workload(
+    cluster: Cluster, controllers: Process, exporter: Exporter, slug: str
+) -> None:
+    """The replacement lands where the plan said, and within the herd window that node goes over
+    its threshold: the move made another node hot. Counted `hot`, and the workload is paused."""
+    _, cool, kubelet = two_pods_on_a_node_gone_hot(cluster, exporter, slug)
+    try:
+        placed, new_outcomes = pods_of(cluster, slug), outcomes_since(cluster.loadext)
+        herd = {"window": "60s", "podUsage": {"cpu": "loadext_e2e_pod_cpu", "memory": "loadext_e2e_pod_memory"}}
+        cluster.loadext.set_config({**rebalancing(cluster, mode="evict"), "herdGuard": herd})
+        wait_until(lambda: list(replaced(cluster, slug, placed).values()) == [cool], "the replacement on the cool node")
+        assert new_outcomes() == {}  # bound, and its window has not passed
+        set_load(exporter, {cool: (0.9, 0.3)})
+        wait_until(lambda: new_outcomes() == {"hot": 1.0}, "the stop rule to see the replacement's node hot")
+        [settled] = told(cluster.loadext, slug)
+        assert (settled["outcome"], settled["target"], settled["node"]) == ("hot", cool, cool), settled
+        assert settled["detail"].endswith(f"landed on {cool}, which is over a threshold now"), settled
+        assert f"{E2E_NAMESPACE}/ReplicaSet/{slug}" in rebalance_report(cluster.loadext)["paused"]
+    finally:
+        cleanup(cluster, slug, kubelet)
+
+
+def test_the_refused_taint_keeps_daemon_pods_off_a_node_and_says_how_many(
+    cluster: Cluster, controllers: Process, exporter: Exporter, slug: str
+) -> None:
+    """With taints.refused, the DaemonSet controller creates no daemon pod for a refused node (it
+    does not tolerate loadext.io/refused): counted and named while it lasts; the pod comes once
+    the node cools and the taint goes."""
+    hot, cool = f"{slug}-hot", f"{slug}-cool"
+    for node in (hot, cool):
+        make_node(cluster.core, node, slug)
+    apps = client.AppsV1Api(cluster.plane.api())
+    labels = {"app": slug}
+    agent = client.V1DaemonSet(
+        metadata=client.V1ObjectMeta(name=slug, namespace=E2E_NAMESPACE),
+        spec=client.V1DaemonSetSpec(
+            selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(
+                    scheduler_name="plain-scheduler",
+                    node_selector={CASE_LABEL: slug},
+                    termination_grace_period_seconds=0,
+                    containers=[client.V1Container(name="agent", image="registry.k8s.io/pause:3.10")],
+                ),
+            ),
+        ),
+    )
+
+    def desired() -> int:
+        return int(apps.read_namespaced_daemon_set(slug, E2E_NAMESPACE).status.desired_number_scheduled or 0)
+
+    def held() -> float | None:
+        return metric_if_present(cluster.loadext.metrics(), "loadext_rebalance_daemon_pods_held_back")
+
+    try:
+        loads = {hot: (0.95, 0.3), cool: (0.3, 0.3)}
+        set_load(exporter, loads)
+        wait_loadext_sees(cluster, loads)
+        cluster.loadext.set_config(rebalancing(cluster, mode="dryRun", taints={"refused": True}))
+        wait_until(lambda: taints(cluster, hot) == [("loadext.io/refused", "NoSchedule")], "the refused taint")
+        apps.create_namespaced_daemon_set(E2E_NAMESPACE, agent)
+        wait_until(lambda: len(workload(cluster, slug)) == 1, "the DaemonSet controller to create the cool node's pod")
+        assert desired() == 1  # the controller's own verdict: not on the refused node
+        wait_until(lambda: held() == 1, "loadext to count the daemon pod its taint holds back")
+        assert rebalance_report(cluster.loadext)["daemonPodsHeldBack"] == {hot: [f"{E2E_NAMESPACE}/{slug}"]}
+
+        set_load(exporter, {hot: (0.3, 0.3)})
+        wait_until(lambda: taints(cluster, hot) == [], "the taint to go once the node cools")
+        wait_until(lambda: desired() == 2 and len(workload(cluster, slug)) == 2, "the daemon pod for the node")
+        wait_until(lambda: held() == 0, "nothing held back")
+        assert rebalance_report(cluster.loadext)["daemonPodsHeldBack"] == {}
+    finally:
+        cluster.loadext.set_config(e2e_config(cluster.proxy.url))
+        apps.delete_namespaced_daemon_set(slug, E2E_NAMESPACE)
+        cluster.core.delete_collection_namespaced_pod(
+            E2E_NAMESPACE, label_selector=f"app={slug}", grace_period_seconds=0
         )
 
 

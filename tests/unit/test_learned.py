@@ -12,7 +12,7 @@ import pytest
 from harness.inprocess import HERD_GUARDED_CONFIG, client_for, post, stored_app
 from harness.wire import fixture_bytes
 from loadext.config.schema import settle_time
-from loadext.core.herd.learned import UsageHistory, owner_of
+from loadext.core.herd.learned import Estimate, UsageHistory, owner_of
 from loadext.core.herd.usage import Usage
 from loadext.core.requests import BoundPod, ExtenderArgs, PodRef
 from loadext.sources.prometheus import parse_pod_vector
@@ -31,16 +31,33 @@ def test_owner_is_the_controller_and_a_deployments_replicasets_are_one_owner() -
 
 def test_each_resource_takes_the_best_source_there_is() -> None:
     history = UsageHistory()
-    assert history.estimate("ns/Job/j", FACTOR).sources == ("factor", "factor")
+    assert history.estimate("ns/Job/j", FACTOR, 0.0).sources == ("factor", "factor")
     cpu = {("ns", "j-0"): 0.2, ("ns", "j-1"): 0.3, ("ns", "j-2"): 0.9}
     for pod in cpu:
         history.pods.add(f"uid-{pod[1]}", pod, "ns/Job/j", 0.0)
     history.publish({"cpu": cpu}, settled_before=1.0)  # no memory query
-    new = history.estimate("ns/Job/j", FACTOR)
+    new = history.estimate("ns/Job/j", FACTOR, 0.0)
     assert new.usage == Usage(0.3, FACTOR.memory) and new.sources == ("owner", "factor")  # the median
     assert history.measured(("ns", "j-2"), "cpu") == 0.9 and history.measured(("ns", "j-2"), "memory") is None
-    stranger = history.estimate("ns/Job/other", FACTOR)
+    stranger = history.estimate("ns/Job/other", FACTOR, 0.0)
     assert stranger.usage == FACTOR and stranger.sources == ("factor", "factor")
+
+
+def test_a_moved_pods_usage_is_its_owners_estimate_for_the_herd_window() -> None:
+    """The rebalancer evicted a pod that drifted to 5 cores: its replacement is that pod again,
+    whatever the owner's history (learned before the drift) says, until the window ends."""
+    history = UsageHistory()
+    history.pods.add("uid-w-0", ("ns", "w-0"), "ns/ReplicaSet/w", 0.0)
+    history.publish({"cpu": {("ns", "w-0"): 0.4}}, settled_before=1.0)
+    drifted = Usage(5.0, 2**30)
+    history.moved("ns/ReplicaSet/w", drifted, now=100.0, until=130.0)
+    assert history.estimate("ns/ReplicaSet/w", FACTOR, 110.0) == Estimate(drifted, ("moved", "moved"))
+    assert history.estimate("ns/ReplicaSet/other", FACTOR, 110.0).sources == ("factor", "factor")
+    after = history.estimate("ns/ReplicaSet/w", FACTOR, 130.0)  # the window is over: the history again
+    assert after.usage.cpu == 0.4 and after.sources == ("owner", "factor")
+    history.moved("ns/ReplicaSet/a", drifted, now=200.0, until=230.0)
+    history.moved("ns/ReplicaSet/b", drifted, now=240.0, until=270.0)
+    assert list(history._moved) == ["ns/ReplicaSet/b"]  # an expired one does not stay
 
 
 def test_history_stays_bounded_however_many_pods_and_owners() -> None:

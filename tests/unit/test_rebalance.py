@@ -15,6 +15,7 @@ from loadext.config import ConfigError, parse_config
 from loadext.config.schema import Rebalance, Signal
 from loadext.core.cluster import Cluster
 from loadext.core.herd.usage import Usage
+from loadext.core.rebalance.fit import World
 from loadext.core.rebalance.fit.model import PodConstraints
 from loadext.core.rebalance.plan import HotNode, Pacing, Step, plan
 from loadext.core.rebalance.selection import SYSTEM_CLUSTER_CRITICAL, Candidate, PodFacts, choose, exclusion
@@ -22,6 +23,7 @@ from loadext.core.rebalance.streaks import HotStreaks, SignalHeat
 from loadext.core.rebalance.targets import Target
 from loadext.core.requests import NodeInfo
 from loadext.core.snapshot import Sample, SignalValues, Snapshot
+from loadext.sources import placement
 from loadext.sources.rebalancer import Rebalancer
 from loadext.telemetry import Telemetry
 
@@ -339,18 +341,26 @@ class FakeApi:
 
 async def test_a_lease_lost_mid_cycle_evicts_nothing_more() -> None:
     api = FakeApi()
-    rebalancer = Rebalancer(cluster_with({"n": 0.5}), api, Telemetry().rebalance, FakeLease(held=1))  # type: ignore[arg-type]
+    state = cluster_with({"n": 0.5})
+    rebalancer = Rebalancer(state, api, Telemetry().rebalance, FakeLease(held=1))  # type: ignore[arg-type]
+    drifted = Usage(5.0, 2**30)
     steps = [
         Step("n1", f"shop/p{i}", "node cpu 95% >= 85% for 1m", target="cool", uid=f"u{i}", workload=f"w{i}")
         for i in range(3)
     ]
-    done = await rebalancer._carry_out(steps, dry_run=False, window=60.0)
+    steps[0] = replace(steps[0], usage=drifted)
+    nothing = placement.Cluster(World([], [], {}), {}, [])
+    done = await rebalancer._carry_out(steps, dry_run=False, window=60.0, cluster=nothing)
     assert api.evicted == ["shop/p0"]
     assert [(d.result, d.skipped) for d in done] == [
         ("evicted", ""),
         ("rate_limited", "the Lease was lost"),
         ("rate_limited", "the Lease was lost"),
     ]
+    # the evicted pod's measured usage is its replacement's estimate; the others' owners learn nothing
+    assert state.ledger.learned.estimate("w0", Usage(), time.time()).usage == drifted
+    assert state.ledger.learned.estimate("w1", Usage(), time.time()).sources == ("factor", "factor")
+    assert rebalancer.followup.workloads == {"w0"}  # and its replacement is followed
 
 
 async def test_no_fresh_metrics_pauses_the_rebalancer_before_any_api_call() -> None:

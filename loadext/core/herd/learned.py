@@ -12,6 +12,11 @@ So each resource of an estimate comes from the best source there is, in this ord
    rollout keeps its history). The median is the estimate least far off in absolute terms.
 3. factor: the factor rule over the pod's requests and limits, when nothing is measured.
 
+Before all of these, for a herd window after the rebalancer evicts a pod: moved, the evicted
+pod's own measured usage, for its owner's next pods. The replacement of a pod whose usage
+drifted is that pod again; the owner's history, learned before the drift (or from pods that did
+not drift), would let the filter pass it onto a node the rebalancer judged too full for it.
+
 Memory: OWNERS owners (LRU) and the PODS_PER_OWNER most recently placed pods each, whatever
 the cluster does; and per bound pod one small KnownPods entry, which the pod watch removes
 when the pod goes (about 400 bytes a pod: docs/benchmarks.md).
@@ -30,8 +35,7 @@ from cachetools import LRUCache
 
 from loadext.core.herd.usage import RESOURCES, Usage
 
-EstimateSource = Literal["measured", "owner", "factor"]
-ESTIMATE_SOURCES: tuple[EstimateSource, ...] = ("measured", "owner", "factor")
+EstimateSource = Literal["measured", "moved", "owner", "factor"]
 PodKey = tuple[str, str]  # (namespace, name): how the cAdvisor series name a pod
 OwnerRef = tuple[str, str, bool]  # (kind, name, controller) of one ownerReference
 
@@ -125,6 +129,15 @@ class UsageHistory:
         self._measured: dict[str, Mapping[PodKey, float]] = {}  # resource -> pod -> value
         self.pods = KnownPods()  # the pod watch's, kept by the ledger (a full list replaces it)
         self._by_owner: LRUCache[str, dict[PodKey, _Sample]] = LRUCache(maxsize=self.OWNERS)
+        self._moved: dict[str, tuple[Usage, float]] = {}  # owner -> an evicted pod's usage, until when
+
+    def moved(self, owner: str, usage: Usage, now: float, until: float) -> None:
+        """The rebalancer evicted a pod of `owner` that used `usage`: its replacement's estimate
+        until `until` (the herd window). Expired ones go here, so the map is as small as the
+        evictions of one window."""
+        self._moved = {o: m for o, m in self._moved.items() if m[1] > now}
+        if owner:
+            self._moved[owner] = (usage, until)
 
     def publish(self, measured: Mapping[str, Mapping[PodKey, float]], settled_before: float) -> None:
         """One refresh round's measured usage per resource (a resource absent: its query is off
@@ -176,9 +189,15 @@ class UsageHistory:
         values = [sample.usage[resource] for sample in pods.values() if resource in sample.usage]
         return median(values) if values else None
 
-    def estimate(self, owner: str, factor: Usage) -> Estimate:
-        """A pod's estimate before its own usage is known: per resource, its owner's history,
-        else the factor rule's value. (Measured usage replaces it once placed: guard.py.)"""
+    def estimate(self, owner: str, factor: Usage, now: float) -> Estimate:
+        """A pod's estimate before its own usage is known: a moved pod's usage, else per
+        resource its owner's history, else the factor rule's value. (Measured usage replaces it
+        once placed: guard.py.)"""
+        moved = self._moved.get(owner) if owner else None
+        if moved is not None:
+            if moved[1] > now:
+                return Estimate(moved[0], ("moved", "moved"))
+            del self._moved[owner]
         values: list[float] = []
         sources: list[EstimateSource] = []
         for resource in RESOURCES:

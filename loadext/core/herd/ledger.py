@@ -40,7 +40,7 @@ class PodLedger:
         rule. Once placed and measured, its own usage replaces it (_with_measured)."""
         rule = EstimateRule.of(self.config.herd_guard)
         factor = pod_estimate(pod.containers, pod.init_containers, pod.overhead, rule)
-        return self.learned.estimate(pod.owner, factor)
+        return self.learned.estimate(pod.owner, factor, self.clock())
 
     def place(self, uid: str, node: str, placed_at: float, usage: Usage) -> None:
         self.inflight.place(uid, Placement(node, placed_at, usage), self.clock())

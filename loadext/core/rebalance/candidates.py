@@ -1,19 +1,38 @@
-"""A hot node as the plan sees it: which of its pods may move (selection.exclusion, a PDB's recent
-refusal, measured usage), each with its share of the node, and how far above its thresholds the
-node is on the signals a pod's usage is a share of."""
+"""A hot node as the plan sees it: which of its pods may move (selection.exclusion, what earlier
+cycles learned: a PDB's recent refusal, a workload paused by the stop rule; measured usage),
+each with its share of the node, and how far above its thresholds the node is on the signals a
+pod's usage is a share of."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from loadext.config.schema import Rebalance
 from loadext.core.herd.learned import PodKey
 from loadext.core.herd.usage import Usage
+from loadext.core.rebalance.followup import Pause
 from loadext.core.rebalance.plan import HotNode
 from loadext.core.rebalance.selection import Candidate, PodFacts, exclusion
 from loadext.core.rebalance.streaks import SignalHeat
 
 SHARED_RESOURCES = ("cpu", "memory")  # the signals a pod's measured usage is a share of
+
+
+@dataclass(frozen=True)
+class Holds:
+    """What earlier cycles learned that keeps a pod where it is for a while."""
+
+    backing_off: Collection[str] = ()  # uids whose eviction a PodDisruptionBudget refused within the herd window
+    paused: Mapping[str, Pause] = field(default_factory=dict)  # workload -> the stop rule's pause
+
+    def why(self, pod: PodFacts) -> str | None:
+        if pod.uid in self.backing_off:
+            return "a PodDisruptionBudget refused its eviction; backing off"
+        pause = self.paused.get(pod.workload)
+        if pause is not None:
+            return f"moves of {pod.workload} are paused (stopRule): {pause.why}"
+        return None
 
 
 def hot_node(
@@ -24,19 +43,16 @@ def hot_node(
     pods: Sequence[PodFacts],
     usage: Mapping[str, Mapping[PodKey, float]],
     policy: Rebalance,
-    backing_off: Collection[str],
+    holds: Holds,
     now: float,
 ) -> HotNode:
-    """`over`: signal -> value - threshold where above it now; `usage`: resource -> pod -> measured;
-    `backing_off`: uids whose eviction a PodDisruptionBudget refused within the herd window."""
+    """`over`: signal -> value - threshold where above it now; `usage`: resource -> pod -> measured."""
     overshoot = {s: v for s, v in over.items() if s in SHARED_RESOURCES}
     candidates: list[Candidate] = []
     excluded: list[tuple[str, str]] = []
     for pod in pods:
         key = (pod.namespace, pod.name)
-        why = exclusion(pod, policy, now)
-        if why is None and pod.uid in backing_off:
-            why = "a PodDisruptionBudget refused its eviction; backing off"
+        why = exclusion(pod, policy, now) or holds.why(pod)
         if why is None and not any(key in usage.get(r, {}) for r in SHARED_RESOURCES):
             why = "no measured usage (herdGuard.podUsage has no series for it)"
         if why is not None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loadext.config.schema import Rebalance
+from loadext.core.herd.usage import Usage
 from loadext.core.rebalance.selection import Candidate, choose
 from loadext.core.rebalance.streaks import SignalHeat
 from loadext.core.rebalance.targets import TargetFor
@@ -58,6 +59,7 @@ class Step:
     skipped: str = ""  # why it does not move
     uid: str = ""
     workload: str = ""
+    usage: Usage = field(default_factory=Usage)  # measured: what its replacement will use, for the herd guard
 
 
 @dataclass
@@ -130,7 +132,17 @@ def plan(
                 skipped = f"no target: {target.refused}"
                 steps.append(Step(node.name, pod.key, reason, "no_target", skipped=skipped, uid=pod.uid))
                 continue
-            steps.append(Step(node.name, pod.key, reason, target=target.node, uid=pod.uid, workload=pod.workload))
+            steps.append(
+                Step(
+                    node.name,
+                    pod.key,
+                    reason,
+                    target=target.node,
+                    uid=pod.uid,
+                    workload=pod.workload,
+                    usage=candidate.usage,
+                )
+            )
             moves += 1
             on_node += 1
             moving[pod.workload] = moving.get(pod.workload, 0) + 1

@@ -1,5 +1,6 @@
-"""What the rebalancer (sources/rebalancer.py) reads of loadext's state, and nothing more: the
-nodes' heat as of the last refresh, and which nodes would take a pod. The Cluster implements it."""
+"""What the rebalancer (sources/rebalancer.py) reads of loadext's state, and tells it, and nothing
+more: the nodes' heat as of the last refresh, which nodes would take a pod, and what an evicted
+pod used (its replacement's estimate). The Cluster implements it."""
 
 from __future__ import annotations
 
@@ -21,3 +22,7 @@ class RebalanceState(Protocol):
     def passing_with(self, usage: Usage, excluding: str) -> list[str]:
         """The nodes that pass loadext's filter with `usage` added to what they carry and have
         in flight, best score first; never `excluding`."""
+
+    def moved(self, workload: str, usage: Usage, until: float) -> None:
+        """A pod of `workload` that used `usage` was evicted: the filter counts its replacement
+        at that usage until `until` (core/herd/learned.py)."""
