@@ -300,6 +300,34 @@ def placement() -> builders.Dashboard:
                 f"sum by (result) (rate(loadext_rebalance_evictions_total{{{SEL}}}[$__rate_interval]))", "{{result}}"
             ),
         ),
+        with_queries(
+            describe(
+                timeseries.Panel(),
+                "Rebalancer: did the moves help?",
+                "What came of each evicted pod's replacement (the stop rule, docs/rebalancing.md): on_target or "
+                "elsewhere (placed, its node within the thresholds for a herd window), pending (not placed within "
+                "stopRule.pendingFor), hot (its node went over a threshold). pending and hot pause the workload: "
+                "the paused workloads are drawn too, and /explain names them.",
+                "short",
+                12,
+            ).min(0),
+            query(
+                f"sum by (outcome) (increase(loadext_rebalance_replacements_total{{{SEL}}}[$__rate_interval]))",
+                "{{outcome}}",
+            ),
+            query(f"max(loadext_rebalance_paused_workloads{{{SEL}}})", "paused workloads"),
+        ),
+        with_queries(
+            describe(
+                timeseries.Panel(),
+                "Rebalancer: daemon pods held back by the refused taint",
+                "DaemonSet pods missing from a node only because of loadext.io/refused (taints.refused): the "
+                "DaemonSet controller creates none there until the node cools. /explain names node and DaemonSet.",
+                "short",
+                12,
+            ).min(0),
+            query(f"max(loadext_rebalance_daemon_pods_held_back{{{SEL}}})", "daemon pods held back"),
+        ),
     ]
     return with_panels(board, panels)
 

@@ -124,6 +124,10 @@ def _rebalance_lines(rebalance: dict[str, Any] | None, now: float) -> list[str]:
     for move in rebalance["last"][:10]:
         where = move.get("target") or move.get("skipped") or move.get("detail") or ""
         lines.append(f"  {move['result']}: {move['pod'] or move['node']} ({move['reason']}) {where}".rstrip())
+    for workload, pause in sorted(rebalance.get("paused", {}).items()):
+        lines.append(f"  paused for {pause['until'] - now:.0f}s more: {workload}: {pause['why']}")
+    for node, daemon_sets in sorted(rebalance.get("daemonPodsHeldBack", {}).items()):
+        lines.append(f"  refused taint holds back on {node}: {', '.join(daemon_sets)}")
     return lines
 
 
