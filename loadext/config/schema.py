@@ -137,6 +137,10 @@ class Signal:
             return self.evict_at
         return round(self.threshold + EVICT_MARGIN, 9)  # 0.8 + 0.05 is 0.8500000000000001: 85% would not count
 
+    def over(self, value: float) -> bool:
+        """The filter's rule: a value above the threshold (not at it) refuses the node."""
+        return self.threshold is not None and value > self.threshold
+
 
 @dataclass(frozen=True)
 class NodeIdentity:

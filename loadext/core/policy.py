@@ -112,15 +112,14 @@ def judge(samples: Mapping[str, Sample], config: Config, now: float, pool: Pool 
     parts: list[tuple[float, float]] = []
     for signal in pool.signals if pool is not None else config.signals:
         sample = samples.get(signal.name)
-        fresh = sample is not None and now - sample.timestamp < config.max_data_age
-        if not fresh or sample is None:
+        if sample is None or not sample.fresh(now, config.max_data_age):
             if config.missing_data == "reject":
                 over.append(f"no fresh {signal.name} data")
                 rejected_by.append((signal.name, "missing"))
             parts.append((signal.weight, NEUTRAL))
             continue
-        if signal.threshold is not None and sample.value > signal.threshold:
-            over.append(f"{signal.name} above {_percent(signal.threshold)}")
+        if signal.over(sample.value):
+            over.append(f"{signal.name} above {_percent(signal.threshold or 0.0)}")
             rejected_by.append((signal.name, "threshold"))
         parts.append((signal.weight, strategy(sample)))
     if over:

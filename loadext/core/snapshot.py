@@ -23,6 +23,10 @@ class Sample:
     mean: float | None = None  # riskAware: mean over the risk window
     stddev: float | None = None  # riskAware: standard deviation over the risk window
 
+    def fresh(self, now: float, max_age: float) -> bool:
+        """Younger than maxDataAge: the one rule for whether a value still says anything."""
+        return now - self.timestamp < max_age
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -89,7 +93,7 @@ class SnapshotCache:
         now, old = self._clock(), self._cache
         self._max_age, self._cache = max_age, self._new_cache(max_age)
         for signal, samples in old.items():
-            young = {identity: s for identity, s in samples.items() if now - s.timestamp < max_age}
+            young = {identity: s for identity, s in samples.items() if s.fresh(now, max_age)}
             if young:
                 self._cache[signal] = young
         self.rebuild()

@@ -48,9 +48,8 @@ def build_heat(
         above = {}
         for signal in signals_of(identity):
             sample = samples.get(signal.name)
-            fresh = sample is not None and now - sample.timestamp < max_age
-            if signal.threshold is not None and sample is not None and fresh and sample.value > signal.threshold:
-                above[signal.name] = sample.value - signal.threshold
+            if sample is not None and sample.fresh(now, max_age) and signal.over(sample.value):
+                above[signal.name] = sample.value - (signal.threshold or 0.0)
         over[node] = above
     refused = frozenset(
         node

@@ -68,7 +68,7 @@ class HotStreaks:
                 key = (identity, signal.name)
                 sample = samples.get(signal.name)
                 streak = streaks.get(key)
-                if sample is None or now - sample.timestamp >= max_age:
+                if sample is None or not sample.fresh(now, max_age):
                     if streak is not None:
                         streak.count = 0
                         if not streak.hot:
@@ -88,7 +88,7 @@ class HotStreaks:
                     elif streak.count == 0:
                         del streaks[key]
                 else:
-                    streak.count = streak.count + 1 if sample.value <= signal.threshold else 0
+                    streak.count = streak.count + 1 if not signal.over(sample.value) else 0
                     if streak.count >= cool_for:
                         del streaks[key]  # cool again: nothing left to remember
 
@@ -109,7 +109,7 @@ class HotStreaks:
             if signal is None or signal.threshold is None or signal.evict_level is None:
                 continue
             sample = snapshot.by_identity.get(identity, {}).get(name)
-            value = sample.value if sample is not None and now - sample.timestamp < max_age else None
+            value = sample.value if sample is not None and sample.fresh(now, max_age) else None
             heat = SignalHeat(name, value, signal.threshold, signal.evict_level, streak.hot, streak.count, streak.since)
             out.setdefault(identity, []).append(heat)
         return out
