@@ -1,34 +1,51 @@
-"""Closed-loop drift benchmark: load rises after placement; the default scheduler, loadext, and
-loadext with its rebalancer, side by side in one run on the real control plane.
+"""Closed-loop drift benchmark: load rises after placement; the default scheduler, the default
+scheduler with the descheduler, loadext, and loadext with its rebalancer, side by side on one real
+control plane, each arm on nodes of its own.
 
-    python3 benchmarks/placement/drift.py [--nodes 12] [--replicas 8] [--drifting 1] [--hot-cores 5]
-                                          [--observe 300] [--out DIR]
+    python3 benchmarks/placement/drift.py [--scenario strong|mild|constrained] [--seeds 1 2 3]
+                                          [--nodes 12] [--observe 300] [--out DIR]
 
 The same setup as run.py (real kube-apiserver and kube-scheduler from their Go modules; kwok plays
 the kubelets and serves /metrics/resource from the pods' usage annotations, which a real
 Prometheus scrapes), plus the real kube-controller-manager: its ReplicaSet controller recreates
-evicted pods, its disruption controller keeps each workload's PodDisruptionBudget
-(maxUnavailable 1) current. Per arm, on nodes of its own:
+evicted pods, its disruption controller keeps each workload's PodDisruptionBudget current. Each
+arm has its own scheduler (and the loadext arms a loadext of their own, reading only their nodes'
+load), so one seed costs one observation window for all four:
 
-1. six ReplicaSets are placed while every pod uses 0.4 cores (the cluster is cool);
-2. then `--drifting` of them drift: their pods (and their template, so replacements do too)
-   use `--hot-cores` each, and the nodes that hold them run hot where their other load is high;
-3. for `--observe` seconds the arm does what it does: nothing (default scheduler, loadext
-   without rebalancing), or moves pods off hot nodes (loadext with `rebalance: {mode: evict}`).
+1. six ReplicaSets are placed while their pods use 0.3-0.5 cores (the cluster is cool; which
+   value each gets, and which of them drift, follow the seed);
+2. then the scenario's drifting workloads drift: their pods (and their template, so replacements
+   do too) use `hot cores` each, and the nodes that hold them run hot where their other load is
+   high;
+3. for `--observe` seconds each arm does what it does: nothing (default scheduler, loadext), its
+   descheduler (v0.36.0, from its Go module: LowNodeUtilization on its Prometheus source, fed the
+   node CPU ratio loadext reads), or loadext's rebalancer (`rebalance: {mode: evict}`).
 
-Reported per arm: node-minutes over the threshold after the drift, max node CPU over time,
-evictions, the fewest moves that would bring every node under the threshold (computed offline
-from the pods' usage at the drift: largest pods first per hot node), PDB violations (samples
-with more than one pod of a workload unavailable), pods evicted twice, nodes made hot by a move
-(over the threshold within hotFor + the herd window after receiving a moved pod), pods Pending
-at the end; and a plot of every node's CPU (the truth kwok serves) over time.
+Scenarios: strong (2 workloads of 5 pods drift to 5 cores a pod), mild (2 of 6 to 4 cores), and
+constrained: of the drifting workloads `web` requires zone a (node affinity), `api` tolerates a
+tainted pool that the others do not, `cart` has a PodDisruptionBudget that allows no disruption;
+one cool node of zone a is cordoned before the drift.
+
+Reported per arm and scenario, as the median and range over the seeds: node-minutes over the
+threshold after the drift, max node CPU, evictions, the fewest moves that would bring every node
+under the threshold (offline, from the pods' usage at the drift), pods that landed back on a node
+over the threshold (ping-pong), replacements Pending for more than 60 s, PDB violations (samples
+with more of a workload unavailable than its budget allows), pods evicted twice, nodes made hot
+by a move (a replacement's node going over the threshold within hotFor + the herd window of its
+landing), and for loadext's rebalancer how often the replacement landed on the planned target and
+how many planned targets the scheduler would refuse; and a plot per scenario (the first seed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import re
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -63,106 +80,203 @@ from run import (  # noqa: E402
     millicores,
 )
 
-from harness.kubernetes import ControlPlane, build_components, wait_until  # noqa: E402
+from harness.kubernetes import ControlPlane, Process, build_components, wait_until  # noqa: E402
 from harness.loadext import ready, serve_argv  # noqa: E402
 from harness.prometheus import PrometheusServer, free_port  # noqa: E402
 
-WORKLOADS = ("web", "api", "cart", "search", "feed", "mail")  # the first --drifting of them drift
-COOL_CORES = 0.4
-HOT_FOR, CYCLE = 3, "5s"
+DESCHEDULER = ("sigs.k8s.io/descheduler", "descheduler", "./cmd/descheduler", "v0.36.0")
+WORKLOADS = ("web", "api", "cart", "search", "feed", "mail")
+HOT_FOR, CYCLE = 3, 5  # loadext's rebalancer: refreshes at or above evictAt, seconds between cycles
+EVICT_AT = THRESHOLD + 0.05  # loadext's default evictAt
 WINDOW = RATE_WINDOW + 5  # the herd window: a new pod's usage fills the node signal's rate() by then
+PENDING_TOO_LONG = 60.0
+ZONE, POOL = "topology.kubernetes.io/zone", "bench/pool"
+CORDONED, POOL_NODES = 1, (6, 7)  # node indexes in the constrained scenario (nodes 0-5 are zone a)
+Move = tuple[float, str, str]  # (when, pod, planned target) of a rebalancer's eviction
+
+
+@dataclass(frozen=True)
+class Scenario:
+    drifting: int
+    replicas: int
+    hot_cores: float
+    constrained: bool = False
+
+
+SCENARIOS = {
+    "strong": Scenario(drifting=2, replicas=5, hot_cores=5.0),
+    "mild": Scenario(drifting=2, replicas=6, hot_cores=4.0),
+    "constrained": Scenario(drifting=3, replicas=5, hot_cores=4.0, constrained=True),
+}
+
+
+@dataclass(frozen=True)
+class Arm:
+    label: str
+    prefix: str
+    loadext: bool = False
+    rebalance: bool = False
+    descheduler: bool = False
+
+    @property
+    def scheduler(self) -> str:
+        return f"{self.prefix}-scheduler" if self.loadext else "default-profile"
+
+
 ARMS = (
-    ("default scheduler", "dflt", "default-profile", False),
-    ("loadext", "lext", "loadext-scheduler", False),
-    ("loadext + rebalance", "rbal", "loadext-scheduler", True),
+    Arm("default scheduler", "dflt"),
+    Arm("default + descheduler", "desc", descheduler=True),
+    Arm("loadext", "lext", loadext=True),
+    Arm("loadext + rebalance", "rbal", loadext=True, rebalance=True),
 )
 
 
-def replica_set(prefix: str, workload: str, scheduler: str, replicas: int, cores: float) -> dict[str, Any]:
-    labels = {"app": f"{prefix}-{workload}"}
+# --- the workloads ----------------------------------------------------------------------------
+
+
+def drifting(scenario: Scenario, rng: random.Random) -> list[str]:
+    """Which workloads drift: in the constrained scenario the three with a constraint, else a
+    seeded choice."""
+    if scenario.constrained:
+        return ["web", "api", "cart"]
+    return sorted(rng.sample(WORKLOADS, scenario.drifting))
+
+
+def replica_set(arm: Arm, workload: str, scenario: Scenario, cores: float) -> dict[str, Any]:
+    labels = {"app": f"{arm.prefix}-{workload}"}
+    spec: dict[str, Any] = {
+        "schedulerName": arm.scheduler,
+        "nodeSelector": {"bench/run": arm.prefix},
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "app",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "4", "memory": "1Gi"}},
+            }
+        ],
+    }
+    if scenario.constrained and workload == "web":
+        term = {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["a"]}]}
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+    if scenario.constrained and workload == "api":
+        spec["tolerations"] = [{"key": POOL, "operator": "Equal", "value": "batch", "effect": "NoSchedule"}]
     return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
-        "metadata": {"name": f"{prefix}-{workload}", "namespace": NAMESPACE},
+        "metadata": {"name": f"{arm.prefix}-{workload}", "namespace": NAMESPACE},
         "spec": {
-            "replicas": replicas,
+            "replicas": scenario.replicas,
             "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": {USAGE_CPU: millicores(cores)}},
-                "spec": {
-                    "schedulerName": scheduler,
-                    "nodeSelector": {"bench/run": prefix},
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": "registry.k8s.io/pause:3.10",
-                            "resources": {
-                                "requests": {"cpu": "500m", "memory": "256Mi"},
-                                "limits": {"cpu": "4", "memory": "1Gi"},
-                            },
-                        }
-                    ],
-                },
-            },
+            "template": {"metadata": {"labels": labels, "annotations": {USAGE_CPU: millicores(cores)}}, "spec": spec},
         },
     }
 
 
-def budget(prefix: str, workload: str) -> dict[str, Any]:
+def allowed_unavailable(scenario: Scenario, workload: str) -> int:
+    return 0 if scenario.constrained and workload == "cart" else 1
+
+
+def budget(arm: Arm, workload: str, scenario: Scenario) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": f"{prefix}-{workload}", "namespace": NAMESPACE},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": f"{prefix}-{workload}"}}},
+        "metadata": {"name": f"{arm.prefix}-{workload}", "namespace": NAMESPACE},
+        "spec": {
+            "maxUnavailable": allowed_unavailable(scenario, workload),
+            "selector": {"matchLabels": {"app": f"{arm.prefix}-{workload}"}},
+        },
     }
+
+
+def constrain_nodes(core: Any, names: list[str]) -> None:
+    """Zones a (first half) and b; a tainted pool in zone b that only `api` tolerates."""
+    for i, name in enumerate(names):
+        labels = {ZONE: "a" if i < len(names) // 2 else "b"}
+        patch: dict[str, Any] = {"metadata": {"labels": labels}}
+        if i in POOL_NODES:
+            patch["metadata"]["labels"][POOL] = "batch"
+            patch["spec"] = {"taints": [{"key": POOL, "value": "batch", "effect": "NoSchedule"}]}
+        core.patch_node(name, patch)
+
+
+def refused_target(scenario: Scenario, workload: str, target: str) -> bool:
+    """Whether the scheduler would refuse a move of `workload` to `target` (the constrained
+    scenario's own rules; nothing else refuses in the others)."""
+    if not scenario.constrained:
+        return False
+    index = int(target.rsplit("-", 1)[1])
+    if index == CORDONED:
+        return True
+    if index in POOL_NODES and workload != "api":
+        return True
+    return workload == "web" and index >= 6
+
+
+# --- watching ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Seen:
+    app: str
+    born: float
+    node: str = ""
+    bound: float = 0.0  # when first seen bound
+    gone: float = 0.0
 
 
 @dataclass
 class Watch:
-    """Samples the arm's pods twice a second: which pods went away (evicted: deleted while their
-    ReplicaSet wants them), workloads with more than one pod unavailable (a PDB violation)."""
+    """Samples every pod twice a second: when each was first seen, bound and gone, and per
+    workload the samples with more pods unavailable than its budget allows."""
 
     api: Any
-    prefix: str
     replicas: int
-    seen: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (node, app)
-    gone: dict[str, tuple[float, str]] = field(default_factory=dict)  # pod -> (when, node)
-    born: dict[str, float] = field(default_factory=dict)  # pod -> first seen
-    violations: int = 0
+    allowed: dict[str, int]  # app -> the budget's maxUnavailable
+    pods: dict[str, Seen] = field(default_factory=dict)
+    violations: dict[str, int] = field(default_factory=dict)  # arm prefix -> samples
 
     def __post_init__(self) -> None:
+        self.sample()  # the pods there are now were born before whatever comes next
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
-            now = time.time()
-            pods = [p for p in list_pods(self.api) if p["metadata"]["name"].startswith(f"{self.prefix}-")]
-            current = {}
-            available: dict[str, int] = {}
-            for pod in pods:
-                name, app = pod["metadata"]["name"], pod["metadata"].get("labels", {}).get("app", "")
-                if not app or pod["metadata"].get("deletionTimestamp"):
-                    continue
-                current[name] = (pod["spec"].get("nodeName", ""), app)
-                self.born.setdefault(name, now)
-                if pod.get("status", {}).get("phase") == "Running":
-                    available[app] = available.get(app, 0) + 1
-            for name, (node, _) in self.seen.items():
-                if name not in current and name not in self.gone:
-                    self.gone[name] = (now, node)
-            self.seen.update(current)
-            apps = {app for _, app in current.values()}
-            self.violations += sum(1 for app in apps if self.replicas - available.get(app, 0) > 1)
+            self.sample()
+
+    def sample(self) -> None:
+        now = time.time()
+        current = set()
+        available: dict[str, int] = {}
+        for pod in list_pods(self.api):
+            name, app = pod["metadata"]["name"], pod["metadata"].get("labels", {}).get("app", "")
+            if not app or pod["metadata"].get("deletionTimestamp"):
+                continue
+            current.add(name)
+            seen = self.pods.setdefault(name, Seen(app, now))
+            node = pod["spec"].get("nodeName", "")
+            if node and not seen.node:
+                seen.node, seen.bound = node, now
+            if pod.get("status", {}).get("phase") == "Running":
+                available[app] = available.get(app, 0) + 1
+        for name, seen in self.pods.items():
+            if name not in current and not seen.gone:
+                seen.gone = now
+        for app, allowed in self.allowed.items():
+            if self.replicas - available.get(app, 0) > allowed:
+                prefix = app.split("-", 1)[0]
+                self.violations[prefix] = self.violations.get(prefix, 0) + 1
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
 
 
-def fewest_moves(api: Any, prefix: str, nodes: list[str]) -> int:
+def fewest_moves(api: Any, nodes: list[str]) -> int:
     """The fewest pods that, moved off, bring every node under the threshold: per node, its
     largest pods first (for one resource, no smaller set can do it)."""
     by_node: dict[str, list[float]] = {n: [] for n in nodes}
@@ -180,118 +294,195 @@ def fewest_moves(api: Any, prefix: str, nodes: list[str]) -> int:
     return moves
 
 
-def outcomes(port: int) -> dict[str, float]:
-    """loadext_rebalance_evictions_total by result, now."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    found = re.findall(r'^loadext_rebalance_evictions_total\{result="(\w+)"\} (\S+)$', text, re.MULTILINE)
-    return {result: float(value) for result, value in found}
-
-
-def moved_to(port: int) -> list[tuple[float, str]]:
-    """(when, target) of each eviction in loadext's last moves (/explain)."""
+def evicted_to(port: int) -> list[Move]:
+    """(when, pod, planned target) of each eviction in loadext's last moves (/explain)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/explain", timeout=5) as reply:
         report = json.loads(reply.read())
-    return [(m["time"], m["target"]) for m in report.get("rebalance", {}).get("last", []) if m["result"] == "evicted"]
+    moves = report.get("rebalance", {}).get("last", [])
+    return [(m["time"], m["pod"].split("/", 1)[1], m["target"]) for m in moves if m["result"] == "evicted"]
+
+
+def value_at(series: list[tuple[float, float]], when: float) -> float:
+    """A node's CPU (truth) at `when`: the last sample at or before it."""
+    before = [v for t, v in series if t <= when]
+    return before[-1] if before else 0.0
 
 
 def measure(
-    truth: Truth, watch: Watch, drift: float, originals: set[str], targets: list[tuple[float, str]]
+    arm: Arm,
+    scenario: Scenario,
+    truth: Truth,
+    watch: Watch,
+    drift: float,
+    end: float,
+    moves: list[Move],
 ) -> dict[str, Any]:
+    series = {n: s for n, s in truth.series.items() if n.startswith(f"{arm.prefix}-")}
     over = 0.0
-    for series in truth.series.values():
-        for (t0, value), (t1, _) in pairwise(series):
-            if t0 >= drift and value > THRESHOLD:
+    for samples in series.values():
+        for (t0, value), (t1, _) in pairwise(samples):
+            if drift <= t0 < end and value > THRESHOLD:
                 over += t1 - t0
-    evicted = {name: when for name, (when, _) in watch.gone.items() if when >= drift}
-    made_hot = set()
-    for when, target in targets:
-        after = [v for t, v in truth.series.get(target, ()) if when <= t <= when + HOT_FOR + WINDOW]
-        if any(v > THRESHOLD for v in after):
-            made_hot.add(target)
-    pods = [p for p in list_pods(truth.api) if p["metadata"]["name"].startswith(f"{watch.prefix}-")]
-    return {
+    mine = {name: seen for name, seen in watch.pods.items() if seen.app.startswith(f"{arm.prefix}-")}
+    evicted = [name for name, seen in mine.items() if drift <= seen.gone <= end]
+    replacements = {name: seen for name, seen in mine.items() if seen.born > drift}
+    ping_pong = made_hot = pending = 0
+    hot_nodes = set()
+    for seen in replacements.values():
+        waited = (seen.bound or end) - seen.born
+        pending += waited > PENDING_TOO_LONG
+        if not seen.node:
+            continue
+        landed = series.get(seen.node, [])
+        if value_at(landed, seen.bound) > THRESHOLD:
+            ping_pong += 1
+        elif any(v > THRESHOLD for t, v in landed if seen.bound < t <= seen.bound + HOT_FOR + WINDOW):
+            hot_nodes.add(seen.node)
+    made_hot = len(hot_nodes)
+    result: dict[str, Any] = {
         "node-minutes over 80% after the drift": over / 60,
-        "max node CPU after the drift": max(v for s in truth.series.values() for t, v in s if t >= drift),
+        "max node CPU after the drift": max((v for s in series.values() for t, v in s if drift <= t < end), default=0),
         "evictions": len(evicted),
-        "pods evicted twice": sum(1 for name in evicted if name not in originals),
-        "PDB violations (samples)": watch.violations,
-        "nodes made hot by a move": len(made_hot),
-        "pods pending at the end": sum(1 for p in pods if not p["spec"].get("nodeName")),
+        "pods evicted twice": sum(1 for name in evicted if mine[name].born > drift),
+        "landed back on a hot node (ping-pong)": ping_pong,
+        f"replacements Pending > {PENDING_TOO_LONG:.0f} s": pending,
+        "PDB violations (samples)": watch.violations.get(arm.prefix, 0),
+        "nodes made hot by a move": made_hot,
     }
+    if arm.rebalance:
+        claimed: set[str] = set()
+        on_target = refused = 0
+        for when, pod, target in sorted(moves):
+            app = mine[pod].app if pod in mine else pod.rsplit("-", 1)[0]
+            refused += refused_target(scenario, app.split("-", 1)[1], target)
+            later = sorted((s.born, n) for n, s in replacements.items() if s.app == app and s.born >= when - 1)
+            replacement = next((n for _, n in later if n not in claimed), None)
+            if replacement is not None:
+                claimed.add(replacement)
+                on_target += replacements[replacement].node == target
+        result["replacement on the planned target"] = f"{on_target}/{len(moves)}"
+        result["moves to a node the scheduler refuses"] = refused
+    return result
 
 
-def loadext_config(prom_url: str, rebalance: bool) -> dict[str, Any]:
+# --- the arms' components ---------------------------------------------------------------------
+
+
+def loadext_config(arm: Arm, prom_url: str) -> dict[str, Any]:
+    """The arm's loadext reads only its own nodes' load, so its rebalancer moves only its pods."""
+    cpu = f'rate(node_cpu_usage_seconds_total{{node=~"{arm.prefix}-.*"}}[{RATE_WINDOW}s]) / {CORES}'
     return {
         "prometheus": {"url": prom_url, "timeout": "1s"},
         "refreshInterval": "1s",
         "maxDataAge": "30s",
         "signals": [
-            {
-                "name": "cpu",
-                "query": f"rate(node_cpu_usage_seconds_total[{RATE_WINDOW}s]) / {CORES}",
-                "threshold": THRESHOLD,
-                "weight": 1,
-            },
+            {"name": "cpu", "query": cpu, "threshold": THRESHOLD, "weight": 1},
             {"name": "memory", "query": "node_memory_working_set_bytes / (64 * 2^30)", "threshold": 0.9, "weight": 0},
         ],
         "herdGuard": {"enabled": True, "window": f"{WINDOW}s"},
         "rebalance": {
-            "enabled": rebalance,
+            "enabled": arm.rebalance,
             "mode": "evict",
             "hotFor": HOT_FOR,
             "coolFor": 3,
-            "cycle": CYCLE,
+            "cycle": f"{CYCLE}s",
             "minPodAge": "10s",
             "maxPerCycle": 5,
         },
     }
 
 
-def plot(results: dict[str, Any], truths: dict[str, Truth], drifts: dict[str, float], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(truths), figsize=(6 * len(truths), 4.5), sharey=True)
-    for ax, (label, truth) in zip(axes, truths.items(), strict=True):
-        for node, series in truth.series.items():
-            ax.plot([t - drifts[label] for t, _ in series], [v for _, v in series], linewidth=1, label=node[-2:])
-        ax.axhline(THRESHOLD, color="red", linestyle="--", linewidth=1)
-        ax.axvline(0, color="grey", linestyle=":", linewidth=1)
-        m = results[label]
-        ax.set_title(
-            f"{label}: {m['node-minutes over 80% after the drift']:.1f} node-min over 80%, {m['evictions']} evictions",
-            fontsize=10,
-        )
-        ax.set_xlabel("seconds since the drift")
-    axes[0].set_ylabel("node CPU (truth, as kwok serves it)")
-    fig.suptitle("Drift after placement (benchmarks/placement/drift.py)", fontsize=11)
-    fig.tight_layout()
-    path = out / "drift-benchmark.png"
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+def start_loadext(plane: ControlPlane, arm: Arm, prom_url: str, workdir: Path, shipped: dict[str, Any]) -> int:
+    config = workdir / f"loadext-{arm.prefix}.yaml"
+    config.write_text(yaml.safe_dump(loadext_config(arm, prom_url)))
+    port = free_port()
+    argv = serve_argv(config, port, "--kubeconfig", str(plane.admin_kubeconfig), "--watch-nodes")
+    process = plane.spawn(f"loadext-{arm.prefix}", argv)
+    wait_until(lambda: ready(f"http://127.0.0.1:{port}"), f"loadext for {arm.label}", process=process)
+    scheduler = json.loads(json.dumps(shipped))
+    scheduler["profiles"][0]["schedulerName"] = arm.scheduler
+    scheduler["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
+    plane.start_scheduler(arm.scheduler, scheduler, plane.admin_kubeconfig)
+    return port
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=12)
-    parser.add_argument("--replicas", type=int, default=8, help="pods per workload (six workloads)")
-    parser.add_argument("--drifting", type=int, default=1, help="workloads whose usage rises")
-    parser.add_argument("--hot-cores", type=float, default=5.0, help="what a drifting pod uses after the drift")
-    parser.add_argument("--observe", type=float, default=300.0, help="seconds after the drift")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
-    args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="loadext-drift-"))
+def descheduler_policy(arm: Arm, prom_url: str) -> dict[str, Any]:
+    """LowNodeUtilization on its Prometheus source, fed loadext's node CPU signal (clamped to
+    [0, 1] as loadext clamps it; `instance` is the node's name, as it wants). The mapping to
+    loadext's thresholds: overutilized above 85 % (loadext's evictAt), underutilized below 80 %
+    (loadext's filter threshold, the most a node may be to receive). Everything else is its
+    default (DefaultEvictor; nodeFit off)."""
+    ratio = f'rate(node_cpu_usage_seconds_total{{node=~"{arm.prefix}-.*"}}[{RATE_WINDOW}s]) / {CORES}'
+    query = f'label_replace(clamp_max({ratio}, 1), "instance", "$1", "node", "(.*)")'
+    return {
+        "apiVersion": "descheduler/v1alpha2",
+        "kind": "DeschedulerPolicy",
+        "nodeSelector": f"bench/run={arm.prefix}",
+        "metricsProviders": [{"source": "Prometheus", "prometheus": {"url": prom_url}}],
+        "profiles": [
+            {
+                "name": "load",
+                "pluginConfig": [
+                    {"name": "DefaultEvictor", "args": {}},
+                    {
+                        "name": "LowNodeUtilization",
+                        "args": {
+                            "thresholds": {"MetricResource": round(THRESHOLD * 100)},
+                            "targetThresholds": {"MetricResource": round(EVICT_AT * 100)},
+                            "metricsUtilization": {"source": "Prometheus", "prometheus": {"query": query}},
+                        },
+                    },
+                ],
+                "plugins": {"balance": {"enabled": ["LowNodeUtilization"]}},
+            }
+        ],
+    }
+
+
+def start_descheduler(plane: ControlPlane, arm: Arm, prom_url: str, workdir: Path) -> Process:
+    """The descheduler looping every loadext cycle. Its Prometheus client is built only from an
+    in-cluster service account (a token and the cluster CA at the pod's usual paths), which a
+    process outside a pod lacks: it runs in a mount namespace of its own whose /run holds them
+    (Prometheus here needs no token; the CA is the control plane's)."""
+    binary = subprocess.run(
+        ["bash", str(ROOT / "scripts/build-go-tool.sh"), "--module", DESCHEDULER[0], *DESCHEDULER[1:], "about 3 min"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    policy = workdir / "descheduler-policy.yaml"
+    policy.write_text(yaml.safe_dump(descheduler_policy(arm, prom_url)))
+    account = workdir / "serviceaccount"
+    account.mkdir(exist_ok=True)
+    shutil.copy(plane.ca, account / "ca.crt")
+    (account / "token").write_text("benchmark")
+    setup = (
+        "mount -t tmpfs none /run && mkdir -p /run/secrets/kubernetes.io && "
+        f'cp -r {account} /run/secrets/kubernetes.io/serviceaccount && exec "$@"'
+    )
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    argv = [
+        "unshare", *user, "--mount", "--propagation", "private", "env", "KUBERNETES_SERVICE_HOST=127.0.0.1",
+        "KUBERNETES_SERVICE_PORT=443", "sh", "-c", setup, "descheduler", binary,
+        f"--kubeconfig={plane.admin_kubeconfig}", f"--policy-config-file={policy}",
+        f"--descheduling-interval={CYCLE}s", "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--v=3",
+    ]  # fmt: skip
+    return plane.spawn(f"descheduler-{arm.prefix}", argv)
+
+
+# --- one seed ---------------------------------------------------------------------------------
+
+
+def run_seed(
+    scenario: Scenario, seed: int, nodes: int, observe: float, workdir: Path
+) -> tuple[dict[str, Any], Truth, float]:
+    rng = random.Random(seed)
+    cool = {w: rng.choice((0.3, 0.4, 0.5)) for w in WORKLOADS}
+    hot = drifting(scenario, rng)
     kwok, kwok_stages = build_kwok()
     plane = ControlPlane(workdir, build_components())
-    node_names = {prefix: [f"{prefix}-{i:02d}" for i in range(args.nodes)] for _, prefix, _, _ in ARMS}
+    names = {arm.prefix: [f"{arm.prefix}-{i:02d}" for i in range(nodes)] for arm in ARMS}
+    everything = [n for arm in ARMS for n in names[arm.prefix]]
     kwok_address = f"127.0.0.1:{free_port()}"
-    prom = PrometheusServer(
-        str(workdir), kubelet_scrape_config(kwok_address, [n for names in node_names.values() for n in names])
-    )
+    prom = PrometheusServer(str(workdir), kubelet_scrape_config(kwok_address, everything))
     try:
         plane.start()
         api = plane.api()
@@ -300,28 +491,16 @@ def main() -> int:
         (workdir / "kwok.yaml").write_text(kwok_stages + "\n---\n" + KWOK_CONFIG)
         kwok_process = plane.spawn(
             "kwok",
-            [
-                str(kwok),
-                f"--kubeconfig={plane.admin_kubeconfig}",
-                f"--config={workdir / 'kwok.yaml'}",
-                "--manage-all-nodes=true",
-                f"--server-address={kwok_address}",
-                "--node-ip=127.0.0.1",
-                "--cidr=127.8.0.0/16",
-            ],
-        )
+            [str(kwok), f"--kubeconfig={plane.admin_kubeconfig}", f"--config={workdir / 'kwok.yaml'}",
+             "--manage-all-nodes=true", f"--server-address={kwok_address}", "--node-ip=127.0.0.1",
+             "--cidr=127.8.0.0/16"],
+        )  # fmt: skip
         wait_until(
             lambda: urllib.request.urlopen(f"http://{kwok_address}/healthz", timeout=1).status == 200,
             "kwok /healthz",
             process=kwok_process,
         )
         plane.start_controller_manager("replicaset", "disruption")
-        config = workdir / "loadext.yaml"
-        config.write_text(yaml.safe_dump(loadext_config(prom.url, rebalance=False)))
-        port = free_port()
-        argv = serve_argv(config, port, "--kubeconfig", str(plane.admin_kubeconfig), "--watch-nodes")
-        loadext = plane.spawn("loadext", [*argv, "--reload-interval", "500ms"])
-        wait_until(lambda: ready(f"http://127.0.0.1:{port}"), "loadext", process=loadext)
         shipped = yaml.safe_load(
             next(
                 d
@@ -329,108 +508,171 @@ def main() -> int:
                 if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("loadext-scheduler-config")
             )["data"]["scheduler-config.yaml"]
         )
-        shipped["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{port}"
-        plane.start_scheduler("loadext-scheduler", shipped, plane.admin_kubeconfig)
+        default_profile: dict[str, Any] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+        }
         plane.start_scheduler(
             "default-profile",
-            {
-                "apiVersion": "kubescheduler.config.k8s.io/v1",
-                "kind": "KubeSchedulerConfiguration",
-                "profiles": [{"schedulerName": "default-profile"}],
-            },
+            {**default_profile, "profiles": [{"schedulerName": "default-profile"}]},
             plane.admin_kubeconfig,
         )
-        results: dict[str, Any] = {}
-        truths: dict[str, Truth] = {}
-        drifts: dict[str, float] = {}
-        for label, prefix, scheduler, rebalance in ARMS:
-            make_nodes(core, prefix, args.nodes)
-            truth = truths[label] = Truth(api, node_names[prefix]).start()
-            prom.wait_for(
-                f'count(rate(node_cpu_usage_seconds_total{{node=~"{prefix}-.*"}}[{RATE_WINDOW}s]) > 0)',
-                lambda r, n=args.nodes: bool(r) and float(r[0]["value"][1]) == n,
-                timeout=60,
-            )
-            for workload in WORKLOADS:
-                policy.create_namespaced_pod_disruption_budget(NAMESPACE, budget(prefix, workload))
-                rs = replica_set(prefix, workload, scheduler, args.replicas, COOL_CORES)
-                apps.create_namespaced_replica_set(NAMESPACE, rs)
-            wanted = len(WORKLOADS) * args.replicas
-            wait_until(
-                lambda p=prefix, w=wanted: (
-                    sum(
-                        1
-                        for pod in list_pods(api)
-                        if pod["metadata"]["name"].startswith(f"{p}-")
-                        and pod.get("status", {}).get("phase") == "Running"
-                        and pod["metadata"].get("labels", {}).get("app")
-                    )
-                    == w
-                ),
-                f"{label}: every pod placed and running",
-                timeout=120,
-            )
-            time.sleep(RATE_WINDOW + 3)  # loadext sees the placed pods' usage
-            originals = {
-                p["metadata"]["name"] for p in list_pods(api) if p["metadata"]["name"].startswith(f"{prefix}-")
-            }
-            config.write_text(yaml.safe_dump(loadext_config(prom.url, rebalance=rebalance)))
-            before = outcomes(port)
-            watch = Watch(api, prefix, args.replicas)
-            drifts[label] = time.time()
-            hot = millicores(args.hot_cores)
-            for workload in WORKLOADS[: args.drifting]:
-                name = f"{prefix}-{workload}"
-                apps.patch_namespaced_replica_set(
-                    name, NAMESPACE, {"spec": {"template": {"metadata": {"annotations": {USAGE_CPU: hot}}}}}
-                )
+        ports = {arm.prefix: start_loadext(plane, arm, prom.url, workdir, shipped) for arm in ARMS if arm.loadext}
+        for arm in ARMS:
+            make_nodes(core, arm.prefix, nodes)
+            if scenario.constrained:
+                constrain_nodes(core, names[arm.prefix])
+        prom.wait_for(
+            "count(rate(node_cpu_usage_seconds_total[20s]) > 0)",
+            lambda r: bool(r) and float(r[0]["value"][1]) == len(everything),
+            timeout=60,
+        )
+        order = list(WORKLOADS)
+        rng.shuffle(order)
+        for workload in order:
+            for arm in ARMS:
+                policy.create_namespaced_pod_disruption_budget(NAMESPACE, budget(arm, workload, scenario))
+                apps.create_namespaced_replica_set(NAMESPACE, replica_set(arm, workload, scenario, cool[workload]))
+        wanted = len(WORKLOADS) * scenario.replicas * len(ARMS)
+        wait_until(
+            lambda: sum(
+                1 for p in list_pods(api)
+                if p.get("status", {}).get("phase") == "Running" and p["metadata"].get("labels", {}).get("app")
+            ) == wanted,
+            "every pod placed and running",
+            timeout=180,
+        )  # fmt: skip
+        if scenario.constrained:
+            for arm in ARMS:  # a cool node of zone a, tempting for web, is cordoned
+                core.patch_node(names[arm.prefix][CORDONED], {"spec": {"unschedulable": True}})
+        truth = Truth(api, everything).start()
+        time.sleep(RATE_WINDOW + 3)  # the placed pods' usage fills the rate() window
+        allowed = {f"{arm.prefix}-{w}": allowed_unavailable(scenario, w) for arm in ARMS for w in WORKLOADS}
+        watch = Watch(api, scenario.replicas, allowed)
+        deschedulers = [start_descheduler(plane, arm, prom.url, workdir) for arm in ARMS if arm.descheduler]
+        drift = time.time()
+        usage = millicores(scenario.hot_cores)
+        for arm in ARMS:
+            for workload in hot:
+                name = f"{arm.prefix}-{workload}"
+                patch = {"spec": {"template": {"metadata": {"annotations": {USAGE_CPU: usage}}}}}
+                apps.patch_namespaced_replica_set(name, NAMESPACE, patch)
                 for pod in list_pods(api):
                     if pod["metadata"].get("labels", {}).get("app") == name:
                         core.patch_namespaced_pod(
-                            pod["metadata"]["name"], NAMESPACE, {"metadata": {"annotations": {USAGE_CPU: hot}}}
+                            pod["metadata"]["name"], NAMESPACE, {"metadata": {"annotations": {USAGE_CPU: usage}}}
                         )
-            time.sleep(2)
-            least = fewest_moves(api, prefix, node_names[prefix])
-            time.sleep(args.observe)
-            targets = moved_to(port) if rebalance else []
-            watch.stop()
-            truth.stop()
-            results[label] = {**measure(truth, watch, drifts[label], originals, targets), "fewest moves needed": least}
-            after = outcomes(port)
-            planned = {r: int(after[r] - before.get(r, 0.0)) for r in after if after[r] > before.get(r, 0.0)}
-            results[label]["rebalancer steps by result"] = ", ".join(f"{r} {n}" for r, n in sorted(planned.items()))
-            print(f"{label}: {results[label]}", file=sys.stderr)
-            config.write_text(yaml.safe_dump(loadext_config(prom.url, rebalance=False)))
-            for workload in WORKLOADS:  # the arm's pods go, so that the next arm's rebalancer sees none
-                apps.patch_namespaced_replica_set(f"{prefix}-{workload}", NAMESPACE, {"spec": {"replicas": 0}})
-        picture = plot(results, truths, drifts, args.out)
-        (workdir / "results.json").write_text(json.dumps(results, indent=2))
-        print(table(results))
-        print(f"\nplot: {picture}")
+        time.sleep(2)
+        least = {arm.prefix: fewest_moves(api, names[arm.prefix]) for arm in ARMS}
+        moves: dict[str, set[Move]] = {arm.prefix: set() for arm in ARMS if arm.rebalance}
+        end = drift + 2 + observe
+        while time.time() < end:  # /explain keeps the last 50 steps: read them as they come
+            time.sleep(min(10.0, max(end - time.time(), 0.0)))
+            for prefix in moves:
+                moves[prefix] |= set(evicted_to(ports[prefix]))
+        watch.stop()
+        truth.stop()
+        for process in deschedulers:
+            process.stop()
+        raw = {
+            "drift": drift,
+            "end": end,
+            "truth": truth.series,
+            "pods": {name: vars(seen) for name, seen in watch.pods.items()},
+            "violations": watch.violations,
+            "moves": {prefix: sorted(found) for prefix, found in moves.items()},
+            "fewest": least,
+        }
+        (workdir / "raw.json").write_text(json.dumps(raw))  # to measure again without running again
+        results = {}
+        for arm in ARMS:
+            measured = measure(arm, scenario, truth, watch, drift, end, sorted(moves.get(arm.prefix, ())))
+            results[arm.label] = {**measured, "fewest moves needed": least[arm.prefix]}
+        descheduler_log = workdir / "descheduler-desc.log"
+        if descheduler_log.exists():
+            text = descheduler_log.read_text(errors="replace")
+            refused = len(re.findall(r'"Error evicting pod".*disruption budget', text))
+            results["default + descheduler"]["evictions a PDB refused"] = refused
+        print(f"seed {seed}: drifting {', '.join(hot)}: {json.dumps(results)}", file=sys.stderr)
+        return results, truth, drift
     finally:
         plane.stop()
         prom.stop()
-    return 0
 
 
-def _cell(metric: str, value: Any) -> str:
-    if value == "":
-        return "-"
-    if "CPU" in metric:
-        return f"{value:.0%}"
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
+# --- reporting --------------------------------------------------------------------------------
 
 
-def table(results: dict[str, Any]) -> str:
-    labels = list(results)
+def plot(scenario: str, truth: Truth, drift: float, results: dict[str, Any], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(ARMS), figsize=(5 * len(ARMS), 4.5), sharey=True)
+    for ax, arm in zip(axes, ARMS, strict=True):
+        for node, series in truth.series.items():
+            if node.startswith(f"{arm.prefix}-"):
+                ax.plot([t - drift for t, _ in series], [v for _, v in series], linewidth=1)
+        ax.axhline(THRESHOLD, color="red", linestyle="--", linewidth=1)
+        ax.axvline(0, color="grey", linestyle=":", linewidth=1)
+        m = results[arm.label]
+        ax.set_title(
+            f"{arm.label}: {m['node-minutes over 80% after the drift']:.1f} node-min, {m['evictions']} evictions",
+            fontsize=9,
+        )
+        ax.set_xlabel("seconds since the drift")
+    axes[0].set_ylabel("node CPU (truth, as kwok serves it)")
+    fig.suptitle(f"Drift after placement, {scenario} scenario (benchmarks/placement/drift.py)", fontsize=11)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"drift-{scenario}.png"
+    fig.savefig(path, dpi=70)
+    plt.close(fig)
+    return path
+
+
+def summary(runs: list[dict[str, Any]]) -> str:
+    """Per metric and arm: the median and [min-max] over the seeds."""
+    labels = [arm.label for arm in ARMS]
     rows = ["| metric | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
-    for metric in dict.fromkeys(m for label in labels for m in results[label]):
-        cells = []
-        for label in labels:
-            value = results[label].get(metric)
-            cells.append(_cell(metric, value))
+    metrics = dict.fromkeys(m for run in runs for label in labels for m in run[label])
+    for metric in metrics:
+        cells = [_cell(metric, [run[label][metric] for run in runs if metric in run[label]]) for label in labels]
         rows.append(f"| {metric} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def _cell(metric: str, values: list[Any]) -> str:
+    if not values:
+        return "-"
+    if isinstance(values[0], str):
+        return ", ".join(values)
+    middle, low, high = statistics.median(values), min(values), max(values)
+    shown = (lambda v: f"{v:.0%}") if "CPU" in metric else (lambda v: f"{v:.2f}" if isinstance(v, float) else f"{v:g}")
+    return shown(middle) if low == high else f"{shown(middle)} [{shown(low)}-{shown(high)}]"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="strong")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--nodes", type=int, default=12, help="nodes per arm")
+    parser.add_argument("--observe", type=float, default=300.0, help="seconds after the drift")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
+    args = parser.parse_args()
+    scenario = SCENARIOS[args.scenario]
+    runs = []
+    for i, seed in enumerate(args.seeds):
+        workdir = Path(tempfile.mkdtemp(prefix=f"loadext-drift-{args.scenario}-{seed}-"))
+        results, truth, drift = run_seed(scenario, seed, args.nodes, args.observe, workdir)
+        runs.append(results)
+        (workdir / "results.json").write_text(json.dumps(results, indent=2))
+        if i == 0:
+            print(f"plot: {plot(args.scenario, truth, drift, results, args.out)}", file=sys.stderr)
+    print(f"{args.scenario} drift, seeds {' '.join(map(str, args.seeds))}, median [range]:\n")
+    print(summary(runs))
+    return 0
 
 
 if __name__ == "__main__":
