@@ -12,9 +12,9 @@ evicted pods, its disruption controller keeps each workload's PodDisruptionBudge
 arm has its own scheduler (and the loadext arms a loadext of their own, reading only their nodes'
 load), so one seed costs one observation window for all four:
 
-1. six ReplicaSets are placed while their pods use 0.3-0.5 cores (the cluster is cool; which
-   value each gets, and which of them drift, follow the seed);
-2. then the scenario's drifting workloads drift: their pods (and their template, so replacements
+1. six ReplicaSets are placed while every pod uses 0.4 cores (the cluster is cool), created in
+   an order the seed shuffles (with kube-scheduler's random tie-breaks, what varies by seed);
+2. then the scenario's first `drifting` workloads drift: their pods (and their template, so replacements
    do too) use `hot cores` each, and the nodes that hold them run hot where their other load is
    high;
 3. for `--observe` seconds each arm does what it does: nothing (default scheduler, loadext), its
@@ -86,6 +86,7 @@ from harness.prometheus import PrometheusServer, free_port  # noqa: E402
 
 DESCHEDULER = ("sigs.k8s.io/descheduler", "descheduler", "./cmd/descheduler", "v0.36.0")
 WORKLOADS = ("web", "api", "cart", "search", "feed", "mail")
+COOL_CORES = 0.4
 HOT_FOR, CYCLE = 3, 5  # loadext's rebalancer: refreshes at or above evictAt, seconds between cycles
 EVICT_AT = THRESHOLD + 0.05  # loadext's default evictAt
 WINDOW = RATE_WINDOW + 5  # the herd window: a new pod's usage fills the node signal's rate() by then
@@ -132,14 +133,6 @@ ARMS = (
 
 
 # --- the workloads ----------------------------------------------------------------------------
-
-
-def drifting(scenario: Scenario, rng: random.Random) -> list[str]:
-    """Which workloads drift: in the constrained scenario the three with a constraint, else a
-    seeded choice."""
-    if scenario.constrained:
-        return ["web", "api", "cart"]
-    return sorted(rng.sample(WORKLOADS, scenario.drifting))
 
 
 def replica_set(arm: Arm, workload: str, scenario: Scenario, cores: float) -> dict[str, Any]:
@@ -475,8 +468,7 @@ def run_seed(
     scenario: Scenario, seed: int, nodes: int, observe: float, workdir: Path
 ) -> tuple[dict[str, Any], Truth, float]:
     rng = random.Random(seed)
-    cool = {w: rng.choice((0.3, 0.4, 0.5)) for w in WORKLOADS}
-    hot = drifting(scenario, rng)
+    hot = WORKLOADS[: scenario.drifting]  # constrained: web, api and cart, each with its constraint
     kwok, kwok_stages = build_kwok()
     plane = ControlPlane(workdir, build_components())
     names = {arm.prefix: [f"{arm.prefix}-{i:02d}" for i in range(nodes)] for arm in ARMS}
@@ -532,7 +524,7 @@ def run_seed(
         for workload in order:
             for arm in ARMS:
                 policy.create_namespaced_pod_disruption_budget(NAMESPACE, budget(arm, workload, scenario))
-                apps.create_namespaced_replica_set(NAMESPACE, replica_set(arm, workload, scenario, cool[workload]))
+                apps.create_namespaced_replica_set(NAMESPACE, replica_set(arm, workload, scenario, COOL_CORES))
         wanted = len(WORKLOADS) * scenario.replicas * len(ARMS)
         wait_until(
             lambda: sum(
