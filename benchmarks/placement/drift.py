@@ -301,25 +301,53 @@ def value_at(series: list[tuple[float, float]], when: float) -> float:
     return before[-1] if before else 0.0
 
 
-def measure(
-    arm: Arm,
-    scenario: Scenario,
-    truth: Truth,
-    watch: Watch,
-    drift: float,
-    end: float,
-    moves: list[Move],
-) -> dict[str, Any]:
-    series = {n: s for n, s in truth.series.items() if n.startswith(f"{arm.prefix}-")}
-    over = 0.0
-    for samples in series.values():
-        for (t0, value), (t1, _) in pairwise(samples):
-            if drift <= t0 < end and value > THRESHOLD:
-                over += t1 - t0
-    mine = {name: seen for name, seen in watch.pods.items() if seen.app.startswith(f"{arm.prefix}-")}
+@dataclass
+class Recorded:
+    """What one seed's run saw, kept in its workdir (raw.json), so that it can be measured again
+    (`--measure DIR`) without running again."""
+
+    scenario: str
+    drift: float
+    end: float
+    truth: dict[str, list[tuple[float, float]]]  # node -> (time, CPU ratio as kwok serves it)
+    pods: dict[str, Seen]
+    violations: dict[str, int]  # arm prefix -> samples over a budget
+    moves: dict[str, list[Move]]  # arm prefix -> its rebalancer's evictions
+    fewest: dict[str, int]  # arm prefix -> fewest moves that would do, at the drift
+    pdb_refused: int = 0  # evictions the descheduler tried that a PodDisruptionBudget refused
+
+    def save(self, workdir: Path) -> None:
+        record = {**vars(self), "pods": {name: vars(seen) for name, seen in self.pods.items()}}
+        (workdir / "raw.json").write_text(json.dumps(record))
+
+    @classmethod
+    def load(cls, workdir: Path) -> Recorded:
+        record = json.loads((workdir / "raw.json").read_text())
+        if "scenario" not in record:  # recorded before these two were: the workdir's name and log say
+            record["scenario"] = workdir.name.split("-")[2]
+            log = (workdir / "descheduler-desc.log").read_text(errors="replace")
+            record["pdb_refused"] = len(re.findall(r'"Error evicting pod".*disruption budget', log))
+        record["pods"] = {name: Seen(**seen) for name, seen in record["pods"].items()}
+        record["moves"] = {prefix: [tuple(m) for m in moves] for prefix, moves in record["moves"].items()}
+        return cls(**record)
+
+
+def measure(arm: Arm, scenario: Scenario, run: Recorded) -> dict[str, Any]:
+    drift, end = run.drift, run.end
+    series = {n: s for n, s in run.truth.items() if n.startswith(f"{arm.prefix}-")}
+
+    def minutes_over(level: float) -> float:
+        over = 0.0
+        for samples in series.values():
+            for (t0, value), (t1, _) in pairwise(samples):
+                if drift <= t0 < end and value > level:
+                    over += t1 - t0
+        return over / 60
+
+    mine = {name: seen for name, seen in run.pods.items() if seen.app.startswith(f"{arm.prefix}-")}
     evicted = [name for name, seen in mine.items() if drift <= seen.gone <= end]
     replacements = {name: seen for name, seen in mine.items() if seen.born > drift}
-    ping_pong = made_hot = pending = 0
+    ping_pong = pending = 0
     hot_nodes = set()
     for seen in replacements.values():
         waited = (seen.bound or end) - seen.born
@@ -331,21 +359,25 @@ def measure(
             ping_pong += 1
         elif any(v > THRESHOLD for t, v in landed if seen.bound < t <= seen.bound + HOT_FOR + WINDOW):
             hot_nodes.add(seen.node)
-    made_hot = len(hot_nodes)
     result: dict[str, Any] = {
-        "node-minutes over 80% after the drift": over / 60,
+        "node-minutes over 80% after the drift": minutes_over(THRESHOLD),
+        "node-minutes over 85% (evictAt)": minutes_over(EVICT_AT),
         "max node CPU after the drift": max((v for s in series.values() for t, v in s if drift <= t < end), default=0),
         "evictions": len(evicted),
+        "fewest moves needed": run.fewest[arm.prefix],
         "pods evicted twice": sum(1 for name in evicted if mine[name].born > drift),
         "landed back on a hot node (ping-pong)": ping_pong,
         f"replacements Pending > {PENDING_TOO_LONG:.0f} s": pending,
-        "PDB violations (samples)": watch.violations.get(arm.prefix, 0),
-        "nodes made hot by a move": made_hot,
+        "PDB violations (samples)": run.violations.get(arm.prefix, 0),
+        "nodes made hot by a move": len(hot_nodes),
     }
+    if arm.descheduler:
+        result["evictions a PDB refused"] = run.pdb_refused
     if arm.rebalance:
         claimed: set[str] = set()
         on_target = refused = 0
-        for when, pod, target in sorted(moves):
+        moves = sorted(run.moves.get(arm.prefix, ()))
+        for when, pod, target in moves:
             app = mine[pod].app if pod in mine else pod.rsplit("-", 1)[0]
             refused += refused_target(scenario, app.split("-", 1)[1], target)
             later = sorted((s.born, n) for n, s in replacements.items() if s.app == app and s.born >= when - 1)
@@ -464,9 +496,8 @@ def start_descheduler(plane: ControlPlane, arm: Arm, prom_url: str, workdir: Pat
 # --- one seed ---------------------------------------------------------------------------------
 
 
-def run_seed(
-    scenario: Scenario, seed: int, nodes: int, observe: float, workdir: Path
-) -> tuple[dict[str, Any], Truth, float]:
+def run_seed(scenario_name: str, seed: int, nodes: int, observe: float, workdir: Path) -> Recorded:
+    scenario = SCENARIOS[scenario_name]
     rng = random.Random(seed)
     hot = WORKLOADS[: scenario.drifting]  # constrained: web, api and cart, each with its constraint
     kwok, kwok_stages = build_kwok()
@@ -566,27 +597,22 @@ def run_seed(
         truth.stop()
         for process in deschedulers:
             process.stop()
-        raw = {
-            "drift": drift,
-            "end": end,
-            "truth": truth.series,
-            "pods": {name: vars(seen) for name, seen in watch.pods.items()},
-            "violations": watch.violations,
-            "moves": {prefix: sorted(found) for prefix, found in moves.items()},
-            "fewest": least,
-        }
-        (workdir / "raw.json").write_text(json.dumps(raw))  # to measure again without running again
-        results = {}
-        for arm in ARMS:
-            measured = measure(arm, scenario, truth, watch, drift, end, sorted(moves.get(arm.prefix, ())))
-            results[arm.label] = {**measured, "fewest moves needed": least[arm.prefix]}
-        descheduler_log = workdir / "descheduler-desc.log"
-        if descheduler_log.exists():
-            text = descheduler_log.read_text(errors="replace")
-            refused = len(re.findall(r'"Error evicting pod".*disruption budget', text))
-            results["default + descheduler"]["evictions a PDB refused"] = refused
-        print(f"seed {seed}: drifting {', '.join(hot)}: {json.dumps(results)}", file=sys.stderr)
-        return results, truth, drift
+        log = workdir / "descheduler-desc.log"
+        refused = len(re.findall(r'"Error evicting pod".*disruption budget', log.read_text(errors="replace")))
+        run = Recorded(
+            scenario_name,
+            drift,
+            end,
+            truth.series,
+            watch.pods,
+            watch.violations,
+            {prefix: sorted(found) for prefix, found in moves.items()},
+            least,
+            refused,
+        )
+        run.save(workdir)
+        print(f"seed {seed}: recorded in {workdir}", file=sys.stderr)
+        return run
     finally:
         plane.stop()
         prom.stop()
@@ -595,7 +621,7 @@ def run_seed(
 # --- reporting --------------------------------------------------------------------------------
 
 
-def plot(scenario: str, truth: Truth, drift: float, results: dict[str, Any], out: Path) -> Path:
+def plot(run: Recorded, results: dict[str, Any], out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -603,9 +629,9 @@ def plot(scenario: str, truth: Truth, drift: float, results: dict[str, Any], out
 
     fig, axes = plt.subplots(1, len(ARMS), figsize=(5 * len(ARMS), 4.5), sharey=True)
     for ax, arm in zip(axes, ARMS, strict=True):
-        for node, series in truth.series.items():
+        for node, series in run.truth.items():
             if node.startswith(f"{arm.prefix}-"):
-                ax.plot([t - drift for t, _ in series], [v for _, v in series], linewidth=1)
+                ax.plot([t - run.drift for t, _ in series], [v for _, v in series], linewidth=1)
         ax.axhline(THRESHOLD, color="red", linestyle="--", linewidth=1)
         ax.axvline(0, color="grey", linestyle=":", linewidth=1)
         m = results[arm.label]
@@ -615,10 +641,10 @@ def plot(scenario: str, truth: Truth, drift: float, results: dict[str, Any], out
         )
         ax.set_xlabel("seconds since the drift")
     axes[0].set_ylabel("node CPU (truth, as kwok serves it)")
-    fig.suptitle(f"Drift after placement, {scenario} scenario (benchmarks/placement/drift.py)", fontsize=11)
+    fig.suptitle(f"Drift after placement, {run.scenario} scenario (benchmarks/placement/drift.py)", fontsize=11)
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"drift-{scenario}.png"
+    path = out / f"drift-{run.scenario}.png"
     fig.savefig(path, dpi=70)
     plt.close(fig)
     return path
@@ -652,18 +678,21 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=12, help="nodes per arm")
     parser.add_argument("--observe", type=float, default=300.0, help="seconds after the drift")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
+    parser.add_argument(
+        "--measure", type=Path, nargs="+", metavar="DIR", help="measure earlier runs (their workdirs) again instead"
+    )
     args = parser.parse_args()
-    scenario = SCENARIOS[args.scenario]
-    runs = []
-    for i, seed in enumerate(args.seeds):
-        workdir = Path(tempfile.mkdtemp(prefix=f"loadext-drift-{args.scenario}-{seed}-"))
-        results, truth, drift = run_seed(scenario, seed, args.nodes, args.observe, workdir)
-        runs.append(results)
-        (workdir / "results.json").write_text(json.dumps(results, indent=2))
-        if i == 0:
-            print(f"plot: {plot(args.scenario, truth, drift, results, args.out)}", file=sys.stderr)
-    print(f"{args.scenario} drift, seeds {' '.join(map(str, args.seeds))}, median [range]:\n")
-    print(summary(runs))
+    if args.measure:
+        runs = [Recorded.load(workdir) for workdir in args.measure]
+    else:
+        runs = []
+        for seed in args.seeds:
+            workdir = Path(tempfile.mkdtemp(prefix=f"loadext-drift-{args.scenario}-{seed}-"))
+            runs.append(run_seed(args.scenario, seed, args.nodes, args.observe, workdir))
+    results = [{arm.label: measure(arm, SCENARIOS[run.scenario], run) for arm in ARMS} for run in runs]
+    print(f"plot: {plot(runs[0], results[0], args.out)}", file=sys.stderr)
+    print(f"{runs[0].scenario} drift, {len(runs)} run(s), median [range]:\n")
+    print(summary(results))
     return 0
 
 
