@@ -92,7 +92,6 @@ class Rebalancer:
         self.replacements: deque[Outcome] = deque(maxlen=50)
         self.followup = Followup()
         self.taints = NodeTaintKeeper(api, metrics)
-        self.held_back: dict[str, list[str]] = {}  # node -> DaemonSets whose pod the refused taint keeps off it
         self.status = "off"
         self._backoff: dict[str, float] = {}  # pod uid -> until when a PDB refusal is respected
         self.pod_usage = PodUsageReader()
@@ -138,14 +137,13 @@ class Rebalancer:
         now = self.clock()
         if not (hot or self.followup.following or self.taints.any_set):
             self._paused(now)
-            self._held_back({})
+            self.taints.count_held_back(None)
             return []
         try:
-            cluster, held, usage = await asyncio.to_thread(self._read, config)
+            cluster, usage = await asyncio.to_thread(self._read, config)
         except (ApiUnavailable, QueryError) as exc:
             log.warning("rebalance cycle skipped: %s", exc)
             return []
-        self._held_back(held)
         window = config.herd_guard.window
         await self._settle(cluster, heat.refused, window, now)
         holds = Holds({uid for uid, until in self._backoff.items() if until > now}, self._paused(now))
@@ -171,17 +169,17 @@ class Rebalancer:
             "last": [done.as_json() for done in reversed(self.history)],
             "paused": {w: {"until": p.until, "why": p.why} for w, p in self.followup.paused(self.clock()).items()},
             "replacements": [_replacement(o) for o in reversed(self.replacements)],
-            "daemonPodsHeldBack": self.held_back,
+            "daemonPodsHeldBack": self.taints.held,
         }
 
     # --- reading ------------------------------------------------------------------------------
 
-    def _read(self, config: Config) -> tuple[placement.Cluster, dict[str, list[str]], dict[str, dict[PodKey, float]]]:
-        """Blocking (a worker thread; it reads no loadext state): the cluster, the DaemonSet pods
-        the refused taint holds back, and the pods' usage."""
+    def _read(self, config: Config) -> tuple[placement.Cluster, dict[str, dict[PodKey, float]]]:
+        """Blocking (a worker thread; it reads no loadext state): the cluster and the pods'
+        usage; the taint keeper counts what its refused taint holds back on the way."""
         cluster = placement.read(self.api)
-        held = self.taints.held_back(cluster) if self.taints.any_set else {}
-        return cluster, held, self.pod_usage.read(config)
+        self.taints.count_held_back(cluster)
+        return cluster, self.pod_usage.read(config)
 
     # --- acting -------------------------------------------------------------------------------
 
@@ -253,10 +251,6 @@ class Rebalancer:
         paused = self.followup.paused(now)
         self.metrics.paused_workloads.set(len(paused))
         return paused
-
-    def _held_back(self, held: dict[str, list[str]]) -> None:
-        self.held_back = held
-        self.metrics.daemon_pods_held_back.set(sum(map(len, held.values())))
 
     def _now(self, state: str) -> None:
         if state != self.status:

@@ -49,6 +49,7 @@ class NodeTaintKeeper:
         self.api = api
         self.metrics = metrics
         self._tainted: dict[str, frozenset[tuple[str, str]]] | None = None  # node -> loadext's taints; None: unread
+        self.held: dict[str, list[str]] = {}  # node -> DaemonSets whose pod the refused taint keeps off it
 
     @property
     def any_set(self) -> bool:
@@ -77,8 +78,22 @@ class NodeTaintKeeper:
             else:
                 current.pop(node, None)
 
-    def held_back(self, cluster: Cluster) -> dict[str, list[str]]:
-        """Blocking: node -> the DaemonSets whose pod loadext's refused taint keeps off it."""
+    def count_held_back(self, cluster: Cluster | None) -> None:
+        """Blocking: count the DaemonSet pods the refused taint keeps off the nodes (`held`, the
+        gauge); None, or no taint of loadext's set: none. A failed read keeps the last count: it
+        is a count for the SRE, never a reason to skip a cycle's moves."""
+        if cluster is None or not self.any_set:
+            held: dict[str, list[str]] = {}
+        else:
+            try:
+                held = self._held_back(cluster)
+            except ApiUnavailable as exc:
+                log.warning("daemon pods held back by the refused taint not counted: %s", exc)
+                return
+        self.held = held
+        self.metrics.daemon_pods_held_back.set(sum(map(len, held.values())))
+
+    def _held_back(self, cluster: Cluster) -> dict[str, list[str]]:
         try:
             listed = list_all(client.AppsV1Api(self.api.api_client).list_daemon_set_for_all_namespaces, WireDaemonSet)
         except ApiException as exc:

@@ -7,9 +7,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+from kubernetes import client
+
+from harness.prometheus import free_port
 from loadext.config.schema import Rebalance
+from loadext.core.rebalance.fit import World
 from loadext.core.rebalance.fit.model import NodeFacts, NodeSelectorTerm, PodConstraints, Requirement, Taint, Toleration
 from loadext.core.rebalance.taints import HOT_TAINT, REFUSED_TAINT, DaemonSet, held_back, wanted
+from loadext.sources import placement
+from loadext.sources.taints import NodeTaintKeeper
+from loadext.telemetry import Telemetry
 
 REFUSED = Taint("loadext.io/refused", "", "NoSchedule")
 
@@ -61,3 +69,20 @@ def test_the_controllers_own_tolerations_count() -> None:
     assert held_back([daemon("agent")], [node("hot", REFUSED, network)], set()) == {}
     host = replace(daemon("host"), host_network=True)
     assert held_back([host], [node("hot", REFUSED, network)], set()) == {"hot": ["agents/host"]}
+
+
+def test_a_failed_daemon_set_read_keeps_the_last_count_and_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    """The count is for the SRE: an API that cannot list DaemonSets (an older RBAC, an outage)
+    leaves the last count in place and is logged; it never raises into the cycle."""
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{free_port()}"  # nothing listens: refused at once
+    metrics = Telemetry().rebalance
+    keeper = NodeTaintKeeper(client.CoreV1Api(client.ApiClient(configuration)), metrics)
+    keeper._tainted = {"hot": frozenset({REFUSED_TAINT})}  # as a sync would have left it
+    keeper.held = {"hot": ["agents/agent"]}
+    nothing = placement.Cluster(World([node("hot", REFUSED)], [], {}), {}, [])
+    keeper.count_held_back(nothing)
+    assert keeper.held == {"hot": ["agents/agent"]}
+    assert "daemon pods held back by the refused taint not counted: listing daemonsets failed" in caplog.text
+    keeper.count_held_back(None)  # no cycle read: nothing is held back that loadext knows of
+    assert keeper.held == {} and metrics.daemon_pods_held_back._value.get() == 0
