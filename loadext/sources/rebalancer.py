@@ -135,12 +135,12 @@ class Rebalancer:
         self.metrics.hot_nodes.set(len(hot))
         await self.taints.sync(wanted(hot, heat.refused, policy), active=True)
         now = self.clock()
-        if not (hot or self.followup.following or self.taints.any_set):
+        if not (hot or self.followup.following or self.taints.refusing):
             self._paused(now)
             self.taints.count_held_back(None)
             return []
         try:
-            cluster, usage = await asyncio.to_thread(self._read, config)
+            cluster, usage = await asyncio.to_thread(self._read, config, bool(hot))
         except (ApiUnavailable, QueryError) as exc:
             log.warning("rebalance cycle skipped: %s", exc)
             return []
@@ -174,12 +174,13 @@ class Rebalancer:
 
     # --- reading ------------------------------------------------------------------------------
 
-    def _read(self, config: Config) -> tuple[placement.Cluster, dict[str, dict[PodKey, float]]]:
-        """Blocking (a worker thread; it reads no loadext state): the cluster and the pods'
-        usage; the taint keeper counts what its refused taint holds back on the way."""
+    def _read(self, config: Config, moving: bool) -> tuple[placement.Cluster, dict[str, dict[PodKey, float]]]:
+        """Blocking (a worker thread; it reads no loadext state): the cluster and, when a node
+        is hot (`moving`), the pods' usage; the taint keeper counts what its refused taint
+        holds back on the way."""
         cluster = placement.read(self.api)
         self.taints.count_held_back(cluster)
-        return cluster, self.pod_usage.read(config)
+        return cluster, self.pod_usage.read(config) if moving else {}
 
     # --- acting -------------------------------------------------------------------------------
 

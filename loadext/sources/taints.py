@@ -16,7 +16,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from loadext.core.rebalance.taints import TAINT_KEYS, DaemonSet, NodeTaints, held_back
+from loadext.core.rebalance.taints import REFUSED_TAINT, TAINT_KEYS, DaemonSet, NodeTaints, held_back
 from loadext.sources.evictions import ApiUnavailable
 from loadext.sources.kube import API_TIMEOUT, list_all, unanswered
 from loadext.sources.objects import Decoded
@@ -52,8 +52,9 @@ class NodeTaintKeeper:
         self.held: dict[str, list[str]] = {}  # node -> DaemonSets whose pod the refused taint keeps off it
 
     @property
-    def any_set(self) -> bool:
-        return bool(self._tainted)
+    def refusing(self) -> bool:
+        """Some node carries loadext's refused taint: what it holds back is worth counting."""
+        return any(REFUSED_TAINT in taints for taints in (self._tainted or {}).values())
 
     async def sync(self, wanted: NodeTaints, active: bool) -> None:
         """loadext's taints exactly on the nodes that should carry them now. Before the first
@@ -80,9 +81,9 @@ class NodeTaintKeeper:
 
     def count_held_back(self, cluster: Cluster | None) -> None:
         """Blocking: count the DaemonSet pods the refused taint keeps off the nodes (`held`, the
-        gauge); None, or no taint of loadext's set: none. A failed read keeps the last count: it
+        gauge); None, or no node refused: none. A failed read keeps the last count: it
         is a count for the SRE, never a reason to skip a cycle's moves."""
-        if cluster is None or not self.any_set:
+        if cluster is None or not self.refusing:
             held: dict[str, list[str]] = {}
         else:
             try:
