@@ -437,8 +437,14 @@ def test_the_refused_taint_keeps_daemon_pods_off_a_node_and_says_how_many(
         ),
     )
 
-    def desired() -> int:
-        return int(apps.read_namespaced_daemon_set(slug, E2E_NAMESPACE).status.desired_number_scheduled or 0)
+    def desired() -> int | None:
+        """The controller's count of nodes that should run the daemon pod, once it has written one
+        for this generation (it writes the status after creating the pods, so a count read as soon
+        as the pod shows can still be the empty status of a DaemonSet never synced)."""
+        daemons = apps.read_namespaced_daemon_set(slug, E2E_NAMESPACE)
+        if (daemons.status.observed_generation or 0) < daemons.metadata.generation:
+            return None
+        return int(daemons.status.desired_number_scheduled or 0)
 
     def held() -> float | None:
         return metric_if_present(cluster.loadext.metrics(), "loadext_rebalance_daemon_pods_held_back")
@@ -451,6 +457,7 @@ def test_the_refused_taint_keeps_daemon_pods_off_a_node_and_says_how_many(
         wait_until(lambda: taints(cluster, hot) == [("loadext.io/refused", "NoSchedule")], "the refused taint")
         apps.create_namespaced_daemon_set(E2E_NAMESPACE, agent)
         wait_until(lambda: len(workload(cluster, slug)) == 1, "the DaemonSet controller to create the cool node's pod")
+        wait_until(lambda: desired() is not None, "the DaemonSet controller to write its status")
         assert desired() == 1  # the controller's own verdict: not on the refused node
         wait_until(lambda: held() == 1, "loadext to count the daemon pod its taint holds back")
         assert rebalance_report(cluster.loadext)["daemonPodsHeldBack"] == {hot: [f"{E2E_NAMESPACE}/{slug}"]}
