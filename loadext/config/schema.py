@@ -288,7 +288,7 @@ class Config:
 
     def pool_for(self, labels: Mapping[str, str] | None) -> Pool | None:
         """The first pool, in config order, whose selector matches; None: the top-level signals."""
-        if labels is None:
+        if labels is None or not self.pools:
             return None
         return next((pool for pool in self.pools if pool.matches(labels)), None)
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
-from loadext.config import Config, Signal
+from loadext.config import Config, Pool, Signal
 from loadext.core.herd.guard import NO_GUARD, ActiveGuard, Guard, View
 from loadext.core.herd.learned import EstimateError, PodKey
 from loadext.core.herd.ledger import PodLedger
@@ -27,6 +27,7 @@ from loadext.core.policy import DecisionTable, Verdict, build_table
 from loadext.core.rebalance.heat import Heat, build_heat
 from loadext.core.rebalance.streaks import HotStreaks
 from loadext.core.requests import BoundPod, ExtenderArgs, NodeInfo
+from loadext.core.roster import Roster, Rows
 from loadext.core.signal_health import SignalHealth
 from loadext.core.snapshot import SignalValues, Snapshot, SnapshotCache
 
@@ -36,7 +37,7 @@ class Cluster:
         self._config = config
         self.clock = clock
         self.identities: Identities = identities_for(config.node_identity)
-        self.directory = NodeDirectory()
+        self.directory = NodeDirectory(clock=clock)
         self.cache = SnapshotCache(config.max_data_age, clock=clock)
         self.signal_health = SignalHealth(clock)
         self.ledger = PodLedger(config, clock)  # what pod events say; it outlives a switch-off of the guard
@@ -45,6 +46,8 @@ class Cluster:
         self.stranded = StrandedPods()
         self.streaks = HotStreaks()  # which nodes run hot, for the rebalancer
         self.mapping = SeriesMapping()
+        self.roster = Roster()
+        self._pools: tuple[tuple[object, ...], dict[str, Pool]] = ((), {})
         self.endpoints: list[EndpointState] = []  # the Prometheus endpoints' last outcomes
         self.refreshed_once = False
         self._table: DecisionTable | None = None
@@ -103,8 +106,24 @@ class Cluster:
         """The one way a table is built: bound to the config and pool labels of now (read here,
         on the event loop), so that it can run in a worker thread."""
         config, pools_version, clock = self._config, self._pools_version(), self.clock
-        assignment = self.identities.pools(self.directory, config)
+        assignment = self._pool_assignment()
         return lambda snapshot: build_table(snapshot, config, clock(), assignment, pools_version)
+
+    def _pool_assignment(self) -> dict[str, Pool]:
+        """identity -> its pool, worked out again only when node labels, addresses or the
+        config changed (every round and every rebuilt table reads it)."""
+        config, directory = self._config, self.directory
+        if not config.pools:
+            return {}
+        built_from = (directory.labels_version, self.identities.version(directory), config.hash)
+        if built_from != self._pools[0]:
+            self._pools = (built_from, self.identities.pools(directory, config))
+        return self._pools[1]
+
+    def reported_nodes(self) -> Callable[[], Rows]:
+        """(node, identity) of every node explain and the per-node metrics report on, sorted:
+        read now, built by the returned function (safe in a worker thread)."""
+        return self.roster.builder(self.directory, self.cache.snapshot, self.identities, self.table())
 
     def round_builder(self) -> Callable[[Iterable[SignalValues]], Round]:
         """Stores a round's values and decides them, for the refresher's worker thread: storing
@@ -117,7 +136,7 @@ class Cluster:
 
         return build
 
-    def publish_round(self, round: Round) -> Mapping[str, MappingReport]:
+    def publish_round(self, round: Round) -> None:
         self.cache.publish(round.snapshot)
         if round.table.config_hash == self._config.hash:  # else a reload came in meanwhile: decide afresh
             self._table = round.table
@@ -129,12 +148,18 @@ class Cluster:
                 self.cache.snapshot, self._signals_of(), self._config.max_data_age, self.clock(),
                 rebalance.hot_for, rebalance.cool_for,
             )  # fmt: skip
+
+    def mapping_counter(self) -> Callable[[], Mapping[str, MappingReport]]:
         failing = {s.name for s in self._config.signals if self.signal_health.failing(s.name) is not None}
-        return self.mapping.recount(self.cache.snapshot, self.directory, self.identities, self._config, failing)
+        return self.mapping.counter(self.cache.snapshot, self.directory, self.identities, self._config, failing)
+
+    def request_nodes_forgotten(self) -> int:
+        return self.directory.take_forgotten()
 
     def refreshed(self, values: Iterable[SignalValues]) -> Round:
         built = self.round_builder()(values)
         self.publish_round(built)
+        self.mapping_counter()()
         return built
 
     # --- what a request tells, and what the verbs read ----------------------------------------
@@ -142,12 +167,8 @@ class Cluster:
     def note_request(self, args: ExtenderArgs) -> None:
         """What a request tells about nodes: their names, and in non-cache mode their labels,
         IPs and allocatable."""
-        directory = self.directory
-        for name, node_labels in args.labels.items():
-            directory.set_labels(name, node_labels)
-        for name, quantities in args.allocatable.items():
-            directory.set_allocatable(name, allocatable(quantities))
-        directory.observe(args.names, args.addresses)
+        sizes = {name: allocatable(quantities) for name, quantities in args.allocatable.items()}
+        self.directory.observe(args.names, args.addresses, args.labels, sizes)
 
     def identities_of(self, names: list[str], addresses: Addresses, table: DecisionTable) -> list[str]:
         return self.identities.of(names, addresses, self.directory, table)
@@ -236,7 +257,7 @@ class Cluster:
     def _signals_of(self) -> Callable[[str], tuple[Signal, ...]]:
         """identity -> the signals it is judged by (its pool's, else the config's)."""
         config = self._config
-        pools = self.identities.pools(self.directory, config)
+        pools = self._pool_assignment()
         return lambda identity: pools[identity].signals if identity in pools else config.signals
 
     def heat(self) -> Heat:

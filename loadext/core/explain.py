@@ -25,13 +25,12 @@ def node_states_builder(cluster: Cluster) -> Callable[[], list[NodeState]]:
     safe to build in a worker thread while the loop goes on (the per-node metrics at 15 000
     nodes)."""
     table, snapshot = cluster.table(), cluster.cache.snapshot
-    names = list(cluster.identities.nodes(cluster.directory, snapshot))
-    identities = cluster.identities_of(names, {}, table)
+    rows = cluster.reported_nodes()
     labelled, config = cluster.directory.labelled(), cluster.config
 
     def build() -> list[NodeState]:
         states = []
-        for name, identity in sorted(zip(names, identities, strict=True)):
+        for name, identity in rows():
             samples = snapshot.by_identity.get(identity, {})
             pool = config.pool_for(labelled.get(name))
             states.append(

@@ -12,7 +12,7 @@ loadext asks which kind is configured:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Set
 from typing import TYPE_CHECKING, Protocol
 
 from loadext.config import Config, NodeIdentity, Pool
@@ -45,7 +45,10 @@ class Identities(Protocol):
     def node_for(self, identity: str, directory: NodeDirectory) -> str | None:
         """The node a stored series belongs to, if loadext knows that node."""
 
-    def nodes(self, directory: NodeDirectory, snapshot: Snapshot) -> set[str]:
+    def resolver(self, directory: NodeDirectory) -> Callable[[str], str | None]:
+        """node_for as of now, safe to call from a worker thread (it reads no mutable part)."""
+
+    def nodes(self, directory: NodeDirectory, snapshot: Snapshot) -> Set[str]:
         """Every node to report on: the known ones, and those a series names where that is a name."""
 
 
@@ -73,7 +76,11 @@ class ByName:
     def node_for(self, identity: str, directory: NodeDirectory) -> str | None:
         return identity if directory.known(identity) else None
 
-    def nodes(self, directory: NodeDirectory, snapshot: Snapshot) -> set[str]:
+    def resolver(self, directory: NodeDirectory) -> Callable[[str], str | None]:
+        names = directory.names()
+        return lambda identity: identity if identity in names else None
+
+    def nodes(self, directory: NodeDirectory, snapshot: Snapshot) -> Set[str]:
         return directory.names() | set(snapshot.by_identity)
 
 
@@ -110,7 +117,10 @@ class ByAddress:
     def node_for(self, identity: str, directory: NodeDirectory) -> str | None:
         return directory.name_for_ip(identity)
 
-    def nodes(self, directory: NodeDirectory, snapshot: Snapshot) -> set[str]:
+    def resolver(self, directory: NodeDirectory) -> Callable[[str], str | None]:
+        return directory.ip_index().get
+
+    def nodes(self, directory: NodeDirectory, snapshot: Snapshot) -> Set[str]:
         return directory.names()
 
 

@@ -66,11 +66,19 @@ class Ingest(Protocol):
         node labels of now, safe to run in a worker thread; publish its result with
         publish_round."""
 
-    def publish_round(self, round: Round) -> Mapping[str, MappingReport]:
-        """A built round comes into force; returns how each signal's series map to nodes."""
+    def publish_round(self, round: Round) -> None:
+        """A built round comes into force."""
+
+    def mapping_counter(self) -> Callable[[], Mapping[str, MappingReport]]:
+        """A function that counts how each signal's series map to nodes as of the published
+        round (and logs a change), safe to run in a worker thread."""
+
+    def request_nodes_forgotten(self) -> int:
+        """How many node names learnt only from requests were forgotten over the cap since the
+        last call (core/nodes.py)."""
 
     def refreshed(self, values: Iterable[SignalValues]) -> Round:
-        """round_builder and publish_round in one step, on the calling thread."""
+        """round_builder, publish_round and the mapping's count in one step, on the calling thread."""
 
     def signal_failed(self, signal: str, kind: str, message: str) -> None: ...
 

@@ -36,6 +36,7 @@ class Snapshot:
     last_success: Mapping[str, float]  # signal -> wall time of its last successful query
     version: int
     series_counts: Mapping[str, int] = field(default_factory=dict)  # signal -> series stored
+    keys_version: int = 0  # bumps when which identities have which signals changes, not their values
 
     @property
     def newest(self) -> float | None:
@@ -66,6 +67,8 @@ class SnapshotCache:
         self._cache: TTLCache[str, dict[str, Sample]] = self._new_cache(max_age)
         self._last_success: dict[str, float] = {}
         self._versions = itertools.count(1)
+        self._keys_version = 0
+        self._keys_built: tuple[str, ...] = ()  # the signals of the last build, to see one expire
         self._snapshot = EMPTY_SNAPSHOT
         # The refresher stores and rebuilds in a worker thread; config reloads touch the cache
         # on the event loop. TTLCache is not thread-safe, so every method takes this lock.
@@ -92,6 +95,7 @@ class SnapshotCache:
             return
         now, old = self._clock(), self._cache
         self._max_age, self._cache = max_age, self._new_cache(max_age)
+        self._keys_version += 1
         for signal, samples in old.items():
             young = {identity: s for identity, s in samples.items() if s.fresh(now, max_age)}
             if young:
@@ -116,6 +120,9 @@ class SnapshotCache:
             }
         else:
             samples = {identity: Sample(value, timestamp) for identity, value in result.values.items()}
+        previous = self._cache.get(result.signal)
+        if previous is None or previous.keys() != samples.keys():
+            self._keys_version += 1
         self._cache[result.signal] = samples
         self._last_success[result.signal] = timestamp
 
@@ -128,6 +135,7 @@ class SnapshotCache:
         self._cache.expire()
         for signal in [s for s in self._cache if s not in signals]:
             del self._cache[signal]
+            self._keys_version += 1
         for name in [s for s in self._last_success if s not in signals]:
             del self._last_success[name]
 
@@ -142,6 +150,10 @@ class SnapshotCache:
 
     def _build(self) -> Snapshot:
         self._cache.expire()
+        signals = tuple(self._cache)
+        if signals != self._keys_built:
+            self._keys_built = signals
+            self._keys_version += 1
         by_identity: dict[str, dict[str, Sample]] = {}
         counts: dict[str, int] = {}
         for signal, samples in self._cache.items():
@@ -158,6 +170,7 @@ class SnapshotCache:
             last_success=dict(self._last_success),
             version=next(self._versions),
             series_counts=counts,
+            keys_version=self._keys_version,
         )
 
     @property

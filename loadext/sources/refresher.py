@@ -77,7 +77,9 @@ class Refresher:
         # Storing thousands of values and judging every node takes tens of milliseconds at 5000
         # nodes: do it in a worker thread, so the event loop keeps answering the scheduler.
         built = await asyncio.to_thread(self.ingest.round_builder(), stored)
-        mapping = self.ingest.publish_round(built)
+        self.ingest.publish_round(built)
+        mapping = await asyncio.to_thread(self.ingest.mapping_counter())
+        self.metrics.request_nodes_forgotten(self.ingest.request_nodes_forgotten())
         self.metrics.round_published(built.snapshot, mapping, (s.name for s in config.signals))
         endpoints = source.connection.status()
         self.ingest.endpoints_reported(endpoints)

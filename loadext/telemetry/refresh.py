@@ -69,6 +69,12 @@ class RefreshMetrics:
             ["url"],
             registry=r,
         )
+        self.nodes_forgotten = Counter(
+            "loadext_request_nodes_forgotten",
+            "Node names learnt only from requests and forgotten because more were named than loadext keeps "
+            "(the least recently named first; with --watch-nodes request names are not kept at all).",
+            registry=r,
+        )
         self.degraded = Gauge(
             "loadext_degraded", "1 while no fresh data exists and the failure policy decides every node.", registry=r
         )
@@ -102,6 +108,10 @@ class RefreshMetrics:
 
     def values_dropped(self, signal: str, count: int) -> None:
         self.invalid_values.labels(signal).inc(count)
+
+    def request_nodes_forgotten(self, count: int) -> None:
+        if count:
+            self.nodes_forgotten.inc(count)
 
     def round_took(self, seconds: float) -> None:
         self.round_duration.observe(seconds)

@@ -69,3 +69,21 @@ def test_stranded_pods_reopen_through_the_port() -> None:
     ingest.refreshed([SignalValues("cpu", {"n1": 0.4}, now), SignalValues("memory", {"n1": 0.3}, now)])
     assert ingest.reopened_node() == "n1"
     assert ingest.stranded_nudged() == 1
+
+
+def test_the_mapping_is_counted_again_when_nodes_or_series_come_and_go_not_when_values_change() -> None:
+    _, ingest = guarded_app()
+    ingest.nodes_named(["n1", "n2"])
+
+    def counted(cpu: dict[str, float]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        now = ingest.clock()
+        ingest.publish_round(ingest.round_builder()([SignalValues("cpu", cpu, now)]))
+        report = ingest.mapping_counter()()["cpu"]
+        return report.unmapped_nodes, report.unmatched_series
+
+    assert counted({"n1": 0.5}) == (("n2",), ())
+    assert counted({"n1": 0.6}) == (("n2",), ())  # values changed: the same count
+    assert counted({"n1": 0.6, "n2": 0.1, "n3": 0.2}) == ((), ("n3",))
+    assert counted({"n1": 0.6, "n3": 0.2}) == (("n2",), ("n3",))  # n2's series gone
+    ingest.nodes_named(["n3"])
+    assert counted({"n1": 0.7, "n3": 0.2}) == (("n2",), ())  # n3 known now
