@@ -13,15 +13,17 @@ every 5 s, per-node metrics on, names from requests as without --watch-nodes):
 Each case runs with Prometheus answering and then with it down (a proxy closing every
 connection), `--seconds` each, `--runs` times; the table gives the median of the runs' p50, p99
 and max, and the runs' range of max. Calls are paced, one at a time on a kept-alive connection,
-so a call's latency is how late loadext answered it. `--tree DIR` runs loadext from another
+from a process of their own, so a call's latency is how late loadext answered it. `--tree DIR` runs loadext from another
 checkout (its `loadext` package), to measure before and after side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import http.client
 import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -109,19 +111,30 @@ class Loadext:
         self.process.stop()
 
 
+def paced(port: int, bodies: list[bytes], every: float, seconds: float) -> list[float]:
+    """latencies(), timed from a process of its own on CLIENT_CPU: in this one, the exporter's
+    thread renders every node's series for each scrape and would hold the timing thread's GIL."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context, initializer=_pin) as pool:
+        return pool.submit(latencies, port, bodies, every, seconds).result()
+
+
+def _pin() -> None:
+    os.sched_setaffinity(0, {CLIENT_CPU})
+
+
 def measure(loadext: Loadext, proxy: FaultProxy, bodies: list[bytes], every: float, seconds: float) -> dict[str, Any]:
     out = {}
     for mode in ("up", "down"):
         proxy.set("pass" if mode == "up" else "down")
         rounds = loadext.rounds()
-        out[mode] = summary(latencies(loadext.port, bodies, every, seconds))
+        out[mode] = summary(paced(loadext.port, bodies, every, seconds))
         out[mode]["rounds"] = loadext.rounds() - rounds
     proxy.set("pass")
     return out
 
 
 def run_once(args: argparse.Namespace, workdir: Path, prom_url: str) -> dict[str, Any]:
-    os.sched_setaffinity(0, {CLIENT_CPU})
     names = [node_name(i) for i in range(1, args.nodes + 1)]
     rng = random.Random(1)
     results: dict[str, Any] = {}

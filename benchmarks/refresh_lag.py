@@ -30,7 +30,7 @@ from harness.inprocess import stored_app
 from loadext.app import tune_interpreter
 from loadext.core.snapshot import SignalValues
 from loadext.config import NodeIdentity
-from loadext.sources.prometheus import parse_vector
+from loadext.sources.prometheus import decode_vector
 from loadext.sources.kube import ObjectList
 from loadext.sources.objects import Node
 
@@ -62,7 +62,9 @@ gc.callbacks.append(timed)
 def refresh_round(build):
     values = []
     for signal, reply in zip(("cpu", "memory"), replies):
-        parsed = parse_vector(orjson.loads(reply)["data"]["result"], NodeIdentity("node", "name"))
+        data = msgspec.json.decode(reply, type=dict[str, msgspec.Raw])["data"]  # as the connection keeps it
+        result = msgspec.json.decode(data, type=dict[str, msgspec.Raw])["result"]
+        parsed = decode_vector(result, NodeIdentity("node", "name"))
         values.append(SignalValues(signal, parsed.values, time.time()))
     return build(values)
 

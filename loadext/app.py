@@ -108,6 +108,7 @@ class App:
         # The herd guard needs Node allocatable: with it on at start, watch Nodes as well.
         self.watch_nodes = watch_nodes or config.herd_guard.enabled
         self.requeue_stranded = requeue_stranded
+        self._rendered: tuple[object, ...] = ()  # what the per-node metrics were last rendered from
         cluster = self.cluster
         self.telemetry.refresh.watch_degraded(lambda: cluster.table().degraded)
         self.telemetry.herd.watch_stranded(cluster.stranded_count)
@@ -129,9 +130,11 @@ class App:
     async def _render_node_metrics(self) -> None:
         """The per-node families as of the round just published: which nodes is read on the
         loop (its state), their states are built and formatted in a worker thread."""
-        if self.cluster.config.per_node_metrics:
+        version = self.cluster.report_version()
+        if self.cluster.config.per_node_metrics and version != self._rendered:
             states = node_states_builder(self.cluster)
             await asyncio.to_thread(lambda: self.telemetry.nodes.render(states()))
+            self._rendered = version
 
     async def bind(self, args: BindingArgs) -> str:
         if not self.cluster.config.bind_enabled:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
+from typing import TypeGuard
 
 from loadext.config import Config, Pool, Signal
 from loadext.core.herd.guard import NO_GUARD, ActiveGuard, Guard, View
@@ -91,16 +92,22 @@ class Cluster:
     def table(self) -> DecisionTable:
         """The current table, rebuilt when the snapshot, config or pool labels changed, or
         when its earliest sample crossed maxDataAge."""
-        table = self._table
-        if (
-            table is None
-            or table.snapshot_version != self.cache.snapshot.version
-            or table.config_hash != self._config.hash
-            or table.pools_version != self._pools_version()
-            or self.clock() >= table.valid_until
-        ):
-            table = self._table = self._decider()(self.cache.snapshot)
+        table, snapshot = self._table, self.cache.snapshot
+        if not self._holds(table, snapshot, self._config.hash, self._pools_version()):
+            table = self._table = self._decider()(snapshot)
         return table
+
+    def _holds(
+        self, table: DecisionTable | None, snapshot: Snapshot, config_hash: str, pools_version: int
+    ) -> TypeGuard[DecisionTable]:
+        """Whether `table` still decides `snapshot` under this config and these pool labels."""
+        return (
+            table is not None
+            and table.snapshot_version == snapshot.version
+            and table.config_hash == config_hash
+            and table.pools_version == pools_version
+            and self.clock() < table.valid_until
+        )
 
     def _decider(self) -> Callable[[Snapshot], DecisionTable]:
         """The one way a table is built: bound to the config and pool labels of now (read here,
@@ -120,6 +127,15 @@ class Cluster:
             self._pools = (built_from, self.identities.pools(directory, config))
         return self._pools[1]
 
+    def report_version(self) -> tuple[object, ...]:
+        """What explain's rows and the per-node metrics are built from: while it is equal,
+        they would come out the same (a round with Prometheus down, say)."""
+        table, directory = self.table(), self.directory
+        return (
+            table.snapshot_version, table.valid_until, table.config_hash, table.pools_version,
+            directory.names_version, directory.labels_version,
+        )  # fmt: skip
+
     def reported_nodes(self) -> Callable[[], Rows]:
         """(node, identity) of every node explain and the per-node metrics report on, sorted:
         read now, built by the returned function (safe in a worker thread)."""
@@ -128,22 +144,26 @@ class Cluster:
     def round_builder(self) -> Callable[[Iterable[SignalValues]], Round]:
         """Stores a round's values and decides them, for the refresher's worker thread: storing
         thousands of values and judging every node takes tens of milliseconds at 5000 nodes."""
-        decide, cache = self._decider(), self.cache
+        decide, cache, current = self._decider(), self.cache, self._table
+        config_hash, pools_version = self._config.hash, self._pools_version()
 
         def build(values: Iterable[SignalValues]) -> Round:
             snapshot = cache.store_round(values)
+            if self._holds(current, snapshot, config_hash, pools_version):  # nothing new (Prometheus down)
+                return Round(snapshot, current)
             return Round(snapshot, decide(snapshot))
 
         return build
 
     def publish_round(self, round: Round) -> None:
+        previous = self.cache.snapshot
         self.cache.publish(round.snapshot)
         if round.table.config_hash == self._config.hash:  # else a reload came in meanwhile: decide afresh
             self._table = round.table
         self.ledger.inflight.expire(self.clock())
         self.refreshed_once = True
         rebalance = self._config.rebalance
-        if rebalance.enabled:
+        if rebalance.enabled and round.snapshot is not previous:  # a snapshot already counted has nothing new
             self.streaks.observe(
                 self.cache.snapshot, self._signals_of(), self._config.max_data_age, self.clock(),
                 rebalance.hot_for, rebalance.cool_for,

@@ -13,11 +13,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+import msgspec
 from cachetools import TTLCache
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(msgspec.Struct, frozen=True, gc=False):
+    """Numbers only, so the garbage collector need not track it (gc=False), nor, then, the dicts
+    that hold samples: the tens of thousands a round stores would otherwise lengthen every full
+    collection, which holds the interpreter, and the event loop with it, while it runs."""
+
     value: float  # 0..1
     timestamp: float  # wall-clock seconds at which Prometheus evaluated it
     mean: float | None = None  # riskAware: mean over the risk window
@@ -69,6 +73,7 @@ class SnapshotCache:
         self._versions = itertools.count(1)
         self._keys_version = 0
         self._keys_built: tuple[str, ...] = ()  # the signals of the last build, to see one expire
+        self._built = EMPTY_SNAPSHOT  # the last one built (published or about to be)
         self._snapshot = EMPTY_SNAPSHOT
         # The refresher stores and rebuilds in a worker thread; config reloads touch the cache
         # on the event loop. TTLCache is not thread-safe, so every method takes this lock.
@@ -107,8 +112,13 @@ class SnapshotCache:
         series are gone); returns the snapshot of them, for the caller to publish together
         with its decision table."""
         with self._lock:
+            stored = False
             for result in results:
                 self._store(result)
+                stored = True
+            self._cache.expire()
+            if not stored and tuple(self._cache) == self._keys_built and self._built.version:
+                return self._built  # no query answered and nothing expired: nothing to build again
             return self._build()
 
     def _store(self, result: SignalValues) -> None:
@@ -165,13 +175,14 @@ class SnapshotCache:
                     by_identity[identity] = {signal: sample}
                 else:
                     node[signal] = sample
-        return Snapshot(
+        self._built = Snapshot(
             by_identity=by_identity,
             last_success=dict(self._last_success),
             version=next(self._versions),
             series_counts=counts,
             keys_version=self._keys_version,
         )
+        return self._built
 
     @property
     def snapshot(self) -> Snapshot:

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 import requests
 from requests.adapters import HTTPAdapter
@@ -43,9 +44,28 @@ REDACTED = "<redacted>"
 @dataclass(frozen=True)
 class Reply:
     url: str  # the endpoint that answered
-    data: dict[str, Any]  # the API reply's `data`
+    result_type: str  # the API reply's data.resultType
+    result: msgspec.Raw  # data.result, not decoded yet: the caller decodes only what it keeps
     warnings: list[str]
     partial: bool  # warnings (Prometheus, Thanos) or isPartial (VictoriaMetrics): some data may be missing
+
+
+class _Data(msgspec.Struct, gc=False):
+    resultType: str = ""
+    result: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Envelope(msgspec.Struct, gc=False):
+    """A 200 reply of the Prometheus API, its `data.result` left as bytes: at 15 000 series a
+    reply decoded whole into dicts held the interpreter for 20 ms (one call into C) and left
+    tens of thousands of objects for the garbage collector to walk."""
+
+    data: _Data
+    warnings: list[Any] | None = None
+    isPartial: Any = False  # VictoriaMetrics' flag; only a JSON true counts
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
 
 
 class _ServerName(HTTPAdapter):
@@ -179,17 +199,21 @@ class Connection:
         return "no credentials configured"
 
     def _reply(self, url: str, path: str, response: requests.Response) -> Reply:
-        try:
-            body = orjson.loads(response.content)
-        except orjson.JSONDecodeError:
-            body = None
         code = response.status_code
         if code != 200:
+            try:
+                body = orjson.loads(response.content)
+            except orjson.JSONDecodeError:
+                body = None
             raise self._status_error(url, path, code, body, response.content)
-        if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
-            raise QueryError("parse", f"the reply from {url} is not a Prometheus API reply: {response.content[:200]!r}")
-        warnings = [str(w) for w in body.get("warnings") or []]
-        return Reply(url, body["data"], warnings, bool(warnings) or body.get("isPartial") is True)
+        try:
+            envelope = _ENVELOPE.decode(response.content)
+        except msgspec.DecodeError:
+            raise QueryError(
+                "parse", f"the reply from {url} is not a Prometheus API reply: {response.content[:200]!r}"
+            ) from None
+        data, warnings = envelope.data, [str(w) for w in envelope.warnings or []]
+        return Reply(url, data.resultType, data.result, warnings, bool(warnings) or envelope.isPartial is True)
 
     def _status_error(self, url: str, path: str, code: int, body: Any, raw: bytes) -> QueryError:
         """One line that leads with the status and says what to check. Prometheus answers

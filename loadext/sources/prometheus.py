@@ -9,9 +9,13 @@ measured: 215 MB with it, 207 MB without).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from loadext.config import NodeIdentity, PrometheusConfig
 from loadext.core.identity import identities_for
@@ -45,62 +49,144 @@ class PrometheusSource:
 
     def query(self, signal: str, promql: str, identity: NodeIdentity) -> QueryResult:
         reply = self._get("/api/v1/query", {"query": promql}, "vector")
-        parsed = parse_vector(reply.data.get("result"), identity)
+        parsed = decode_vector(reply.result, identity)
         parsed.warnings, parsed.partial = reply.warnings, reply.partial
         return parsed
 
     def query_pods(self, name: str, promql: str) -> tuple[dict[tuple[str, str], float], list[str]]:
         """A per-pod usage query's (namespace, pod) -> value, and its warnings."""
         reply = self._get("/api/v1/query", {"query": promql}, "vector")
-        return parse_pod_vector(reply.data.get("result")), reply.warnings
+        return decode_pod_vector(reply.result), reply.warnings
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> Any:
         """A range query's raw matrix (for replay); errors classified like instant queries."""
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}s"}
-        return self._get("/api/v1/query_range", params, "matrix").data.get("result")
+        try:
+            return msgspec.json.decode(self._get("/api/v1/query_range", params, "matrix").result)
+        except msgspec.DecodeError as exc:
+            raise QueryError("result_type", f"not a range matrix: {exc}") from None
 
     def _get(self, path: str, params: dict[str, str], result_type: str) -> Reply:
         # Prometheus' own evaluation deadline, a little inside ours, so that a slow query is
         # cancelled there rather than left running.
         params = {**params, "timeout": f"{max(int(self.config.timeout * 900), 1)}ms"}
         reply = self.connection.get(path, params)
-        if reply.data.get("resultType") != result_type:
-            raise QueryError("result_type", f"expected a {result_type}, got {reply.data.get('resultType')!r}")
+        if reply.result_type != result_type:
+            raise QueryError("result_type", f"expected a {result_type}, got {reply.result_type or None!r}")
         if reply.partial and self.config.partial_response == "fail":
             warned = "; ".join(reply.warnings) or "isPartial"
             raise QueryError("partial", f"{reply.url} answered with partial data ({warned}); partialResponse is fail")
         return reply
 
 
+class _Point(msgspec.Struct, array_like=True, gc=False):
+    """A sample's [time, "value"]."""
+
+    stamp: float
+    raw: str | float  # Prometheus sends a string; a number is taken as well
+
+
+class _PodLabels(msgspec.Struct, gc=False):
+    namespace: str = ""
+    pod: str = ""
+
+
+class _PodSample(msgspec.Struct, gc=False):
+    metric: _PodLabels
+    value: _Point
+
+
+_POD_VECTOR = msgspec.json.Decoder(list[_PodSample])
+
+
+@functools.cache
+def _vector_decoder(label: str) -> msgspec.json.Decoder[list[Any]]:
+    """A decoder of an instant vector that keeps, of each series' labels, the identity label
+    and loadext_stat alone, into objects the garbage collector does not track: the rest of a
+    reply is skipped over in C, never built."""
+    labels = msgspec.defstruct(
+        "Labels", [("identity", str, ""), ("stat", str, "current")], rename={"identity": label, "stat": "loadext_stat"},
+        gc=False,
+    )  # fmt: skip
+    sample = msgspec.defstruct("Sample", [("metric", labels), ("value", _Point)], gc=False)
+    return msgspec.json.Decoder(list[sample])  # type: ignore[valid-type]
+
+
+def decode_vector(raw: bytes, identity: NodeIdentity) -> QueryResult:
+    """An instant vector's JSON (data.result) as identity -> ratio (aggregate's rules)."""
+    try:
+        vector = _vector_decoder(identity.label).decode(raw)
+    except msgspec.DecodeError as exc:
+        raise QueryError("result_type", f"not an instant vector: {exc}") from None
+    return aggregate(((s.metric.identity, s.metric.stat, s.value.stamp, s.value.raw) for s in vector), identity)
+
+
+def decode_pod_vector(raw: bytes) -> dict[tuple[str, str], float]:
+    """A per-pod usage vector's JSON as (namespace, pod) -> value, in the query's unit (cores,
+    bytes). Series without both labels, negative values and NaN/Inf are dropped: a pod is then
+    estimated as if it were not measured, never from garbage."""
+    try:
+        vector = _POD_VECTOR.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise QueryError("result_type", f"not an instant vector: {exc}") from None
+    pods: dict[tuple[str, str], float] = {}
+    for sample in vector:
+        value, key = _number(sample.value.raw), (sample.metric.namespace, sample.metric.pod)
+        if not all(key) or not math.isfinite(value) or value < 0:
+            continue
+        pods[key] = max(value, pods.get(key, 0.0))  # two series for one pod (two scrape jobs): the higher
+    return pods
+
+
+def _number(raw: str | float) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise QueryError("result_type", f"not a sample value: {raw!r:.50}") from None
+
+
 def parse_vector(result: Any, identity: NodeIdentity) -> QueryResult:
-    """Turn a vector result into identity -> ratio; NaN/Inf dropped, ratios clamped to 0..1.
+    """An instant vector decoded as plain JSON (a range query's step, in replay) turned into
+    identity -> ratio, by the live path's rules (aggregate)."""
+    if not isinstance(result, list):
+        raise QueryError("result_type", f"expected an instant vector, got {type(result).__name__}")
+    label = identity.label
+
+    def samples() -> Iterator[tuple[str, str, float, str | float]]:
+        for item in result:
+            try:
+                metric, (stamp, raw) = item["metric"], item["value"]
+                yield str(metric.get(label, "")), str(metric.get("loadext_stat", "current")), float(stamp), str(raw)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise QueryError("result_type", f"not an instant-vector sample: {item!r:.200}") from exc
+
+    return aggregate(samples(), identity)
+
+
+def aggregate(samples: Iterable[tuple[str, str, float, str | float]], identity: NodeIdentity) -> QueryResult:
+    """(identity label value, loadext_stat, time, value) of each series into identity ->
+    ratio; NaN/Inf dropped, ratios clamped to 0..1.
 
     Two series for one node (say, two scrape jobs) keep the higher value: the safe side.
     Series labelled loadext_stat="mean"/"stddev" (riskAware queries) are kept apart.
     """
-    if not isinstance(result, list):
-        raise QueryError("result_type", f"expected an instant vector, got {type(result).__name__}")
-    label, key_of = identity.label, identities_for(identity).key
+    key_of = identities_for(identity).key
     by_stat: dict[str, dict[str, float]] = {"current": {}, "mean": {}, "stddev": {}}
     invalid = unlabelled = 0
     newest = 0.0
     highest: float | None = None
-    for item in result:
-        try:
-            metric, (stamp, raw) = item["metric"], item["value"]
-            value, stamp = float(raw), float(stamp)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise QueryError("result_type", f"not an instant-vector sample: {item!r:.200}") from exc
+    for label_value, stat_name, stamp, raw in samples:
+        value = _number(raw)
         if not math.isfinite(value):
             invalid += 1
             continue
         highest = value if highest is None else max(highest, value)
-        key = key_of(str(metric.get(label, "")))
+        key = key_of(label_value)
         if key is None:
             unlabelled += 1
             continue
         newest = max(newest, stamp)
-        stat = by_stat.get(str(metric.get("loadext_stat", "current")), by_stat["current"])
+        stat = by_stat.get(stat_name, by_stat["current"])
         clamped = min(1.0, max(0.0, value))
         stat[key] = max(clamped, stat.get(key, 0.0))
     current, mean, stddev = by_stat["current"], by_stat["mean"], by_stat["stddev"]
@@ -121,24 +207,3 @@ def parse_matrix(result: Any, identity: NodeIdentity) -> dict[float, QueryResult
         except (KeyError, TypeError, ValueError) as exc:
             raise QueryError("result_type", f"not a range-matrix series: {series!r:.200}") from exc
     return {stamp: parse_vector(vector, identity) for stamp, vector in vectors.items()}
-
-
-def parse_pod_vector(result: Any) -> dict[tuple[str, str], float]:
-    """A per-pod vector as (namespace, pod) -> value, in the query's unit (cores, bytes).
-    Series without both labels, negative values and NaN/Inf are dropped: a pod is then
-    estimated as if it were not measured, never from garbage."""
-    if not isinstance(result, list):
-        raise QueryError("result_type", f"expected an instant vector, got {type(result).__name__}")
-    pods: dict[tuple[str, str], float] = {}
-    for item in result:
-        try:
-            metric, (_, raw) = item["metric"], item["value"]
-            value = float(raw)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise QueryError("result_type", f"not an instant-vector sample: {item!r:.200}") from exc
-        namespace, pod = metric.get("namespace"), metric.get("pod")
-        if not namespace or not pod or not math.isfinite(value) or value < 0:
-            continue
-        key = (str(namespace), str(pod))
-        pods[key] = max(value, pods.get(key, 0.0))  # two series for one pod (two scrape jobs): the higher
-    return pods

@@ -87,3 +87,14 @@ def test_the_mapping_is_counted_again_when_nodes_or_series_come_and_go_not_when_
     assert counted({"n1": 0.6, "n3": 0.2}) == (("n2",), ("n3",))  # n2's series gone
     ingest.nodes_named(["n3"])
     assert counted({"n1": 0.7, "n3": 0.2}) == (("n2",), ())  # n3 known now
+
+
+def test_a_round_in_which_no_query_answered_builds_nothing_again() -> None:
+    _, ingest = guarded_app()
+    now = ingest.clock()
+    answered = ingest.round_builder()([SignalValues("cpu", {"n1": 0.5}, now), SignalValues("memory", {"n1": 0.3}, now)])
+    ingest.publish_round(answered)
+    failed = ingest.round_builder()([])  # every query failed: the values stay until maxDataAge
+    assert failed.snapshot is answered.snapshot and failed.table is answered.table
+    again = ingest.round_builder()([SignalValues("cpu", {"n1": 0.5}, now)])  # one answered: a new round
+    assert again.snapshot.version > answered.snapshot.version

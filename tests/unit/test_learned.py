@@ -15,7 +15,7 @@ from loadext.config.schema import settle_time
 from loadext.core.herd.learned import Estimate, UsageHistory, owner_of
 from loadext.core.herd.usage import Usage
 from loadext.core.requests import BoundPod, ExtenderArgs, PodRef
-from loadext.sources.prometheus import parse_pod_vector
+from loadext.sources.prometheus import decode_pod_vector
 from loadext.sources.query_error import QueryError
 
 FACTOR = Usage(1.7, 2**30)
@@ -110,10 +110,11 @@ def test_a_usage_query_reply_of_garbage_is_dropped_or_refused() -> None:
         {"metric": {"namespace": "ns", "pod": "nan"}, "value": [1, "NaN"]},
         {"metric": {"namespace": "ns", "pod": "negative"}, "value": [1, "-3"]},
     ]
-    assert parse_pod_vector(result) == {("ns", "a"): 0.7}
-    with pytest.raises(QueryError) as refused:
-        parse_pod_vector({"not": "a vector"})
-    assert refused.value.kind == "result_type"
+    assert decode_pod_vector(orjson.dumps(result)) == {("ns", "a"): 0.7}
+    for garbage in ({"not": "a vector"}, [{"metric": {"pod": "a"}, "value": "0.5"}]):
+        with pytest.raises(QueryError) as refused:
+            decode_pod_vector(orjson.dumps(garbage))
+        assert refused.value.kind == "result_type"
 
 
 def test_a_measured_pod_replaces_its_estimate_in_its_nodes_correction() -> None:
