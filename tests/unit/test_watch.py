@@ -5,6 +5,7 @@ resourceVersion each request asks for, when the server ends a watch, sends a boo
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import threading
 from collections.abc import Iterator
@@ -12,11 +13,13 @@ from typing import Any
 
 import msgspec
 import orjson
+import pytest
 from kubernetes.client.exceptions import ApiException
 
 from loadext.http.protocol import Codec
 from loadext.sources.kube import API_TIMEOUT, ListWatch, bound_pod, whole_lists
 from loadext.sources.objects import Node, Pod
+from loadext.sources.watches import Handoff
 
 
 class Reply:
@@ -201,3 +204,41 @@ def test_decoded_objects_stay_out_of_the_garbage_collector() -> None:
     parts: list[object] = [node, node.metadata, node.status, node.metadata.labels, node.allocatable()]
     parts += [node.status.addresses, *node.status.addresses] if node.status and node.status.addresses else []
     assert [gc.is_tracked(part) for part in parts] == [False] * 7
+
+
+def test_the_handoff_runs_a_threads_calls_on_the_loop_in_order_a_batch_per_wakeup(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> tuple[list[tuple[int, bool]], int]:
+        loop = asyncio.get_running_loop()
+        handoff, ran, wakeups, done = Handoff(loop), [], 0, asyncio.Event()
+        loop_thread = threading.get_ident()
+        original = loop.call_soon_threadsafe
+
+        def counted(*args: Any) -> Any:
+            nonlocal wakeups
+            wakeups += 1
+            return original(*args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+
+        def record(i: int) -> None:
+            if i == 3:
+                raise ValueError("a bad event")
+            ran.append((i, threading.get_ident() == loop_thread))
+            if i == 999:
+                done.set()
+
+        def watch_thread() -> None:
+            for i in range(1000):
+                handoff(record, i)
+
+        await asyncio.to_thread(watch_thread)
+        await asyncio.wait_for(done.wait(), 10)
+        return ran, wakeups
+
+    ran, wakeups = asyncio.run(scenario())
+    assert [i for i, _ in ran] == [i for i in range(1000) if i != 3]  # in order; one failure skips only itself
+    assert all(on_loop for _, on_loop in ran)
+    assert wakeups < 1000  # calls made while the loop had not run yet went in one batch
+    assert "handling a watch event failed" in caplog.text

@@ -196,10 +196,13 @@ class InFlight:
 
 
 def _summed(usages: Mapping[str, Usage]) -> tuple[Usage, int]:
-    total = Usage()
+    """The node's pods summed (in the order they came, as Usage.__add__ would): summed again
+    on each change, it is one pass of float additions, not a Usage built per pod."""
+    cpu = memory = 0.0
     for usage in usages.values():
-        total = total + usage
-    return total, len(usages)
+        cpu += usage.cpu
+        memory += usage.memory
+    return Usage(cpu, memory), len(usages)
 
 
 NO_PLACEMENTS: tuple[Usage, int] = (Usage(), 0)

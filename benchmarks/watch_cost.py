@@ -1,0 +1,182 @@
+"""What the pod watch costs `loadext serve`, per event, on a real API server.
+
+    python3 benchmarks/watch_cost.py [--pods 3000] [--runs 3] [--tree DIR]
+
+One control plane (etcd and kube-apiserver, built from their Go modules) and 100 Nodes; loadext
+runs as shipped for the pod watch (--watch-nodes, herd guard on), pinned to CPU 1, with no
+extender traffic. Each run creates `--pods` pods already bound to the node (one ADDED event
+each, as a scheduler's bind gives) and waits until /explain counts them all in flight; then it
+patches each pod's status (one MODIFIED event each that changes nothing loadext keeps, as a
+kubelet's status updates do); then deletes them. loadext's CPU (from /proc, its idle rate over
+the same time subtracted) divided by the events is the row; the table gives the median of the
+runs and their range. `--tree DIR` runs loadext from another checkout, for before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from run import SERVER_CPU, cpu_seconds, pinned  # noqa: E402
+
+from harness.config import as_yaml, loadext_config  # noqa: E402
+from harness.kubernetes import ControlPlane, Process, build_components, ready_node_status, wait_until  # noqa: E402
+from harness.loadext import ready, serve_argv  # noqa: E402
+from harness.prometheus import free_port  # noqa: E402
+
+NAMESPACE = "watch-cost"
+NODES = [f"watch-node-{i:03d}" for i in range(100)]
+
+
+def settled(check: Any, what: str) -> None:
+    """Until check() holds, asked once a second: each /explain costs loadext CPU of its own."""
+    deadline = time.monotonic() + 300
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(1)
+
+
+def in_flight(url: str) -> int:
+    with urllib.request.urlopen(url + "/explain", timeout=10) as reply:
+        rows = json.load(reply)["nodes"]
+    return sum((row.get("inFlight") or {}).get("pods", 0) for row in rows)
+
+
+def each_pod(core: Any, count: int, action: Any) -> None:
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: action(core, i), range(count)))
+
+
+def create(core: Any, i: int) -> None:
+    container = {
+        "name": "app",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m"}},
+    }
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d4f8", "uid": "0", "controller": True}
+    pod = {
+        "metadata": {
+            "name": f"pod-{i:05d}",
+            "namespace": NAMESPACE,
+            "labels": {"app": "web", "pod-template-hash": "5d4f8"},
+            "ownerReferences": [owner],
+        },
+        "spec": {"nodeName": NODES[i % len(NODES)], "terminationGracePeriodSeconds": 0, "containers": [container]},
+    }
+    core.create_namespaced_pod(NAMESPACE, pod)
+
+
+def touch_status(core: Any, i: int) -> None:
+    """A status update as a kubelet makes one: a condition that loadext does not read."""
+    name = f"pod-{i:05d}"
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {"type": "Ready", "status": "True", "lastTransitionTime": now}
+    core.patch_namespaced_pod_status(name, NAMESPACE, {"status": {"conditions": [condition]}})
+
+
+class Measured:
+    """loadext's CPU seconds over a stretch, less its idle rate over the same time."""
+
+    def __init__(self, pid: int, idle_rate: float) -> None:
+        self.pid, self.idle_rate = pid, idle_rate
+        self.cpu, self.wall = cpu_seconds(pid), time.monotonic()
+
+    def per(self, events: int) -> float:
+        spent = cpu_seconds(self.pid) - self.cpu - self.idle_rate * (time.monotonic() - self.wall)
+        return spent / events * 1e6
+
+
+def run_once(core: Any, url: str, pid: int, pods: int) -> dict[str, float]:
+    start = cpu_seconds(pid)
+    time.sleep(10)
+    idle_rate = (cpu_seconds(pid) - start) / 10
+    out = {"idle CPU %": idle_rate * 100}
+    measured = Measured(pid, idle_rate)
+    each_pod(core, pods, create)
+    settled(lambda: in_flight(url) == pods, "loadext to count every pod")
+    out["bound pod (ADDED) us"] = measured.per(pods)
+    measured = Measured(pid, idle_rate)
+    each_pod(core, pods, touch_status)
+    expected = pods  # every pod's status changed once: wait for the API server to have sent them
+    settled(lambda: _status_touched(core) >= expected, "the status updates")
+    time.sleep(2)  # the watch lags the list by a moment; nothing else to await from loadext
+    out["status update (MODIFIED) us"] = measured.per(pods)
+    core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
+    settled(lambda: in_flight(url) == 0, "loadext to forget the pods")
+    return out
+
+
+def _status_touched(core: Any) -> int:
+    listed = core.list_namespaced_pod(NAMESPACE).items
+    return sum(1 for pod in listed if any(c.type == "Ready" for c in pod.status.conditions or ()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", type=int, default=3000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tree", type=Path, help="run loadext from this checkout")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="loadext-watchcost-"))
+    plane = ControlPlane(workdir, build_components())
+    loadext: Process | None = None
+    try:
+        plane.start()
+        core = client.CoreV1Api(plane.api())
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        for node in NODES:
+            core.create_node({"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+            core.patch_node_status(node, {"status": ready_node_status(node, "64", "256Gi", message="benchmark")})
+        config = workdir / "loadext.yaml"
+        herd = {"enabled": True, "window": "10m"}
+        prometheus = f"http://127.0.0.1:{free_port()}"  # none: the watch alone is measured
+        config.write_text(as_yaml(loadext_config(prometheus, "up", "up", refresh="5s", herdGuard=herd)))
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        python, *serve = serve_argv(
+            config, port, "--kubeconfig", str(plane.admin_kubeconfig), "--watch-nodes", options=["--log-level", "error"]
+        )
+        if args.tree is not None:  # -P: not the working directory's package, the tree's
+            python, serve = "env", [f"PYTHONPATH={args.tree.resolve()}", python, "-P", *serve]
+        loadext = Process("loadext", pinned(SERVER_CPU, [python, *serve]), workdir)
+        wait_until(lambda: ready(url), "loadext", timeout=60, process=loadext)
+        runs = []
+        for i in range(args.runs):
+            print(f"run {i + 1} of {args.runs} ...", file=sys.stderr)
+            runs.append(run_once(core, url, loadext.proc.pid, args.pods))
+    finally:
+        if loadext is not None:
+            loadext.stop()
+        plane.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"| loadext CPU per event ({args.pods} pods, median of {args.runs}) | median | range |")
+    print("|---|---:|---:|")
+    for key in runs[0]:
+        values = [run[key] for run in runs]
+        print(f"| {key} | {statistics.median(values):.1f} | {min(values):.1f}-{max(values):.1f} |")
+    if args.out:
+        args.out.write_text(json.dumps(runs, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
