@@ -11,7 +11,7 @@ import ctypes
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
@@ -20,7 +20,6 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from kubernetes.watch.watch import iter_resp_lines
 
 from loadext.core.requests import BindingArgs, BoundPod
 from loadext.sources.connection import connection_cause
@@ -290,7 +289,7 @@ class ListWatch(Generic[Object]):
             **self.list_args,
         )
         try:
-            for line in iter_resp_lines(reply):
+            for line in _lines(reply):
                 if self.stop.is_set():
                     break
                 if not line:
@@ -314,6 +313,18 @@ class ListWatch(Generic[Object]):
     def start(self) -> ListWatch[Object]:
         threading.Thread(target=self.run, name="list-watch", daemon=True).start()
         return self
+
+
+def _lines(reply: Any) -> Iterator[bytes]:
+    """A watch stream's lines, as bytes for msgspec. (The client's iter_resp_lines decoded each
+    line to a str and copied what followed it; the API server sends one event per chunk.)"""
+    pending = b""
+    for chunk in reply.stream(amt=None, decode_content=False):
+        if b"\n" not in chunk:
+            pending += chunk
+            continue
+        *lines, pending = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
+        yield from lines
 
 
 def read_configmap(api: Any, namespace: str, name: str, key: str) -> str:

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from loadext.core.ingest import Ingest
+from loadext.core.requests import BoundPod
 from loadext.sources import kube
 from loadext.sources.objects import ConfigMap, Node, Pod
 from loadext.sources.reload import ConfigReloader
@@ -54,6 +58,36 @@ class Handoff:
                 call(*args)
             except Exception:  # as the loop would log a failed callback, and go on with the rest
                 log.exception("handling a watch event failed")
+
+
+class Unchanged:
+    """Which pods' latest state loadext already took in, so that an event changing nothing it
+    keeps (a kubelet's status updates: conditions, container states, IPs; several per pod) is
+    dropped in the watch thread and never handed to the loop.
+
+    A fixed table of fingerprints (1 MiB), not a dict per pod, which at 150 000 pods would hold
+    20 MB: two pods sharing a slot only cost an event handed over that need not have been."""
+
+    SLOTS = 1 << 17
+
+    def __init__(self) -> None:
+        self._table = array("q", bytes(8 * self.SLOTS))
+
+    def seen(self, bound: BoundPod) -> bool:
+        """Whether the pod's last event said just this (drop this one); remembers it if not."""
+        slot = hash(bound.uid) & (self.SLOTS - 1)
+        fingerprint = hash(msgspec.json.encode(bound))  # the bytes of everything loadext keeps
+        if self._table[slot] == fingerprint:
+            return True
+        self._table[slot] = fingerprint
+        return False
+
+    def forget(self, uid: str) -> None:
+        self._table[hash(uid) & (self.SLOTS - 1)] = 0
+
+    def clear(self) -> None:
+        """A new list: it replaces what the events told, so every pod's next event counts."""
+        self._table = array("q", bytes(8 * self.SLOTS))
 
 
 @dataclass(frozen=True)
@@ -101,9 +135,11 @@ async def supervise_pod_watch(api: Any, ingest: Ingest, health: Health, unwatche
 
 def _watch_pods(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Pod]:
     """Bound pods feed the herd guard's in-flight accounting."""
-    to_loop = Handoff(asyncio.get_running_loop())
+    to_loop, unchanged = Handoff(asyncio.get_running_loop()), Unchanged()
 
     def on_page(pods: list[Pod], first: bool, last: bool) -> None:
+        if first:
+            unchanged.clear()
         bound = [b for b in (kube.bound_pod(p) for p in pods) if b is not None]
         to_loop(ingest.pods_listed, bound, first, last)
         if last:  # after the loop took the last page in
@@ -114,8 +150,9 @@ def _watch_pods(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Pod]
         if bound is None:
             return
         if kind == "DELETED":
+            unchanged.forget(bound.uid)
             to_loop(ingest.pod_gone, bound.uid)
-        else:
+        elif not unchanged.seen(bound):
             to_loop(ingest.pod_bound, bound)
 
     return kube.ListWatch(

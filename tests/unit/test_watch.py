@@ -16,10 +16,11 @@ import orjson
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from loadext.core.requests import BoundPod
 from loadext.http.protocol import Codec
 from loadext.sources.kube import API_TIMEOUT, ListWatch, bound_pod, whole_lists
 from loadext.sources.objects import Node, Pod
-from loadext.sources.watches import Handoff
+from loadext.sources.watches import Handoff, Unchanged
 
 
 class Reply:
@@ -242,3 +243,22 @@ def test_the_handoff_runs_a_threads_calls_on_the_loop_in_order_a_batch_per_wakeu
     assert all(on_loop for _, on_loop in ran)
     assert wakeups < 1000  # calls made while the loop had not run yet went in one batch
     assert "handling a watch event failed" in caplog.text
+
+
+def test_an_event_that_changes_nothing_loadext_keeps_is_dropped_in_the_watch_thread() -> None:
+    def bound(**status: Any) -> BoundPod:
+        raw = {**pod("a", "1"), "status": {"phase": "Running", **status}}
+        decoded = bound_pod(msgspec.json.decode(orjson.dumps(raw), type=Pod))
+        assert decoded is not None
+        return decoded
+
+    unchanged = Unchanged()
+    assert not unchanged.seen(bound())  # the first event of a pod is news
+    ready = {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-07T07:00:00Z"}]}
+    assert unchanged.seen(bound(**ready))  # a kubelet's status update: nothing loadext keeps
+    assert not unchanged.seen(bound(phase="Succeeded"))  # finished: news
+    assert unchanged.seen(bound(phase="Failed"))  # finished still, as loadext keeps it
+    unchanged.clear()  # a new list replaced what the events told
+    assert not unchanged.seen(bound(phase="Failed"))
+    unchanged.forget("a")
+    assert not unchanged.seen(bound(phase="Failed"))
