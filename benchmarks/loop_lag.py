@@ -44,7 +44,7 @@ from run import SERVER_CPU, bench_config, feed, metric, node_name, pinned  # noq
 from harness.exporter import Exporter  # noqa: E402
 from harness.faultproxy import FaultProxy  # noqa: E402
 from harness.kubernetes import Process, wait_until  # noqa: E402
-from harness.loadext import ready, serve_argv  # noqa: E402
+from harness.loadext import from_tree, ready, serve_argv  # noqa: E402
 from harness.prometheus import PrometheusServer, free_port, scrape_config  # noqa: E402
 
 CLIENT_CPU = 0
@@ -97,10 +97,7 @@ class Loadext:
         path.write_text(config)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        python, *serve = serve_argv(path, self.port, options=["--log-level", "error"])
-        if tree is not None:  # -P: not the working directory's package, the tree's
-            python, serve = "env", [f"PYTHONPATH={tree.resolve()}", python, "-P", *serve]
-        argv = pinned(SERVER_CPU, [python, *serve])
+        argv = pinned(SERVER_CPU, from_tree(serve_argv(path, self.port, options=["--log-level", "error"]), tree))
         self.process = Process(name, argv, workdir)
         wait_until(lambda: ready(self.url), name, process=self.process)
 

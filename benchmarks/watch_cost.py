@@ -38,7 +38,7 @@ from run import SERVER_CPU, cpu_seconds, pinned  # noqa: E402
 
 from harness.config import as_yaml, loadext_config  # noqa: E402
 from harness.kubernetes import ControlPlane, Process, build_components, ready_node_status, wait_until  # noqa: E402
-from harness.loadext import ready, serve_argv  # noqa: E402
+from harness.loadext import from_tree, ready, serve_argv  # noqa: E402
 from harness.prometheus import free_port  # noqa: E402
 
 NAMESPACE = "watch-cost"
@@ -152,12 +152,10 @@ def main() -> int:
         config.write_text(as_yaml(loadext_config(prometheus, "up", "up", refresh="5s", herdGuard=herd)))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        python, *serve = serve_argv(
+        serve = serve_argv(
             config, port, "--kubeconfig", str(plane.admin_kubeconfig), "--watch-nodes", options=["--log-level", "error"]
         )
-        if args.tree is not None:  # -P: not the working directory's package, the tree's
-            python, serve = "env", [f"PYTHONPATH={args.tree.resolve()}", python, "-P", *serve]
-        loadext = Process("loadext", pinned(SERVER_CPU, [python, *serve]), workdir)
+        loadext = Process("loadext", pinned(SERVER_CPU, from_tree(serve, args.tree)), workdir)
         wait_until(lambda: ready(url), "loadext", timeout=60, process=loadext)
         runs = []
         for i in range(args.runs):

@@ -18,6 +18,14 @@ def serve_argv(config: Path | str, port: int, *extra: str, options: Sequence[str
     return [*LOADEXT, *options, "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}", *extra]
 
 
+def from_tree(argv: Sequence[str], tree: Path | None) -> list[str]:
+    """A LOADEXT command line run with another checkout's `loadext` package (before and after
+    side by side); `-P` keeps the working directory's package off the path."""
+    if tree is None:
+        return list(argv)
+    return ["env", f"PYTHONPATH={tree.resolve()}", argv[0], "-P", *argv[1:]]
+
+
 def ready(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
         with urllib.request.urlopen(url + "/readyz", timeout=1, context=context) as reply:

@@ -48,7 +48,7 @@ from run import bench_config, cpu_seconds, rss_mb  # noqa: E402
 
 from benchmarks.scheduler.run import create_nodes, node_series  # noqa: E402
 from harness.kubernetes import ADMIN_TOKEN, ControlPlane, build_components  # noqa: E402
-from harness.loadext import ready, serve_argv  # noqa: E402
+from harness.loadext import from_tree, ready, serve_argv  # noqa: E402
 from harness.metrics_text import metric_if_present  # noqa: E402
 from harness.prometheus import free_port  # noqa: E402
 
@@ -171,8 +171,7 @@ def measure(
     argv = serve_argv(
         config, port, "--kubeconfig", str(plane.admin_kubeconfig), "--watch-nodes", options=["--log-level", "warning"]
     )
-    # -P: not the working directory first on sys.path, so PYTHONPATH picks the code
-    process = plane.spawn(label, ["env", f"PYTHONPATH={source}", sys.executable, "-P", *argv[1:]])
+    process = plane.spawn(label, from_tree(argv, source))
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     synced_at: float | None = None

@@ -1,7 +1,7 @@
 """Scheduler throughput on the real kube-scheduler: no extender, the Go reference, the Python
 HTTP floor, loadext.
 
-    python3 benchmarks/scheduler/run.py [--nodes 500 5000] [--pods 2000] [--out FILE]
+    python3 benchmarks/scheduler/run.py [--nodes 500 5000] [--pods 2000] [--runs 3] [--before DIR] [--out FILE]
 
 For each cluster size, one control plane (etcd, kube-apiserver, built from their Go modules by
 tests/e2e/build-k8s.sh; no kubelets) holds that many Ready Node objects with allocatable. For
@@ -18,6 +18,11 @@ every score 0): the fastest a Python extender on this HTTP stack can be, so load
 to it is what loadext's own work costs the scheduler. Each row also gives the CPU the extender
 and the scheduler spent per pod bound (from /proc), which varies less between runs than pods/s,
 and the extender's peak RSS (VmHWM: for loadext, names-only traffic with its watches).
+
+One run swings by 20 % here, so each configuration runs `--runs` times, the configurations
+interleaved within each round; the table gives medians, and the range of the runs for pods/s and
+the extender's CPU per pod. `--before DIR` adds loadext from another checkout (its own process,
+the same flags) as one more configuration: before and after in the same cluster and hour.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import json
 import re
 import signal
 import ssl
+import statistics
 import sys
 import tempfile
 import time
@@ -50,10 +56,11 @@ from run import answers, bench_config, build_reference, cpu_seconds, feed, node_
 
 from harness.exporter import Exporter  # noqa: E402
 from harness.kubernetes import ControlPlane, Process, build_components, ready_node_status, wait_until  # noqa: E402
-from harness.loadext import ready, serve_argv  # noqa: E402
+from harness.loadext import from_tree, ready, serve_argv  # noqa: E402
 from harness.prometheus import PrometheusServer, free_port, scrape_config  # noqa: E402
 
 NAMESPACE = "bench"
+BEFORE = "loadext-before"
 BOUND = re.compile(r'^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6}).*"Successfully bound pod to node" pod="bench/')
 ATTEMPT = re.compile(
     r'^scheduler_scheduling_attempt_duration_seconds_(sum|count)\{[^}]*result="scheduled"[^}]*\} (\S+)'
@@ -211,17 +218,23 @@ def server_seconds(url: str) -> dict[str, tuple[float, float]]:
 
 
 def start_loadext(
-    plane: ControlPlane, workdir: Path, label: str, nodes: int, prometheus_url: str, herd_guard: bool
+    plane: ControlPlane,
+    workdir: Path,
+    label: str,
+    nodes: int,
+    prometheus_url: str,
+    herd_guard: bool,
+    tree: Path | None = None,
 ) -> tuple[str, Process]:
     """`loadext serve` with the shipped flags (--watch-nodes; the herd guard on, as the shipped
-    config has it, unless this is the diagnostic loadext-noherd)."""
+    config has it, unless this is the diagnostic loadext-noherd), from `tree` when given."""
     config = workdir / f"{label}-{nodes}.yaml"
     config.write_text(bench_config(prometheus_url, herdGuard={"enabled": herd_guard}))
     port = free_port()
     argv = serve_argv(
         config, port, "--kubeconfig", str(plane.admin_kubeconfig), "--watch-nodes", options=["--log-level", "warning"]
     )
-    process = plane.spawn(f"{label}-{nodes}", argv)
+    process = plane.spawn(f"{label}-{nodes}", from_tree(argv, tree))
     url = f"http://127.0.0.1:{port}"
     wait_until(lambda: ready(url), f"{label} ready", timeout=120, process=process)
     return url, process
@@ -256,14 +269,30 @@ def one_size(nodes: int, args: argparse.Namespace, bin_dir: Path, workdir: Path,
         for label, herd_guard in (("loadext", True), ("loadext-noherd", False)):
             if label in args.configs:
                 extenders[label] = start_loadext(plane, workdir, label, nodes, prometheus_url, herd_guard)
-        row: dict[str, Any] = {}
-        for label in args.configs:
-            print(f"  {nodes} nodes, {label}: scheduling {args.pods} pods ...", file=sys.stderr)
-            row[label] = measure(plane, core, f"{label}-{nodes}", extenders[label], args)
-            print(f"    {row[label]['pods_per_s']:.0f} pods/s", file=sys.stderr)
+        configs = list(args.configs)
+        if args.before is not None:
+            extenders[BEFORE] = start_loadext(plane, workdir, BEFORE, nodes, prometheus_url, True, args.before)
+            configs.append(BEFORE)
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in configs}
+        for run in range(1, args.runs + 1):  # the configurations interleaved, so drift hits them alike
+            for label in configs:
+                print(f"  {nodes} nodes, run {run}, {label}: scheduling {args.pods} pods ...", file=sys.stderr)
+                runs[label].append(measure(plane, core, f"{label}-{nodes}-{run}", extenders[label], args))
+                print(f"    {runs[label][-1]['pods_per_s']:.0f} pods/s", file=sys.stderr)
     finally:
         plane.stop()
-    return row
+    return {label: summarised(measured) for label, measured in runs.items()}
+
+
+def summarised(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the runs, and the runs' range of pods/s and extender CPU."""
+    out: dict[str, Any] = {"runs": runs}
+    for key in runs[0]:
+        values = [run[key] for run in runs if run[key] is not None]
+        out[key] = statistics.median(values) if values else None
+        if key in ("pods_per_s", "extender_cpu_ms_per_pod") and values:
+            out[f"{key}_range"] = (min(values), max(values))
+    return out
 
 
 @contextlib.contextmanager
@@ -294,13 +323,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def table(results: dict[str, Any]) -> str:
     """A row per cluster size and configuration; ratios against the Go reference and no extender."""
     lines = [
-        "| nodes | configuration | pods/s | vs Go | vs none | attempt ms | extender CPU ms/pod | scheduler CPU ms/pod"
-        " | extender peak RSS MB | loadext ms per filter / prioritize |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| nodes | configuration | pods/s (range) | vs Go | vs none | attempt ms | extender CPU ms/pod (range)"
+        " | vs Go | scheduler CPU ms/pod | extender peak RSS MB | loadext ms per filter / prioritize |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for nodes, row in results.items():
         for label, r in row.items():
-            rate = r["pods_per_s"]
+            rate, (low, high) = r["pods_per_s"], r["pods_per_s_range"]
             vs_go = f"{rate / row['go']['pods_per_s']:.2f}x" if "go" in row else "-"
             vs_none = f"{rate / row['none']['pods_per_s']:.2f}x" if "none" in row else "-"
             attempt = f"{r['attempt_ms']:.2f}" if r["attempt_ms"] is not None else "-"
@@ -309,12 +338,17 @@ def table(results: dict[str, Any]) -> str:
                 for key in ("server_ms_filter", "server_ms_prioritize")
             )
             cpu = r.get("extender_cpu_ms_per_pod")
-            extender_cpu = f"{cpu:.2f}" if cpu is not None else "-"
+            extender_cpu = "-"
+            if cpu is not None:
+                cpu_low, cpu_high = r["extender_cpu_ms_per_pod_range"]
+                extender_cpu = f"{cpu:.2f} ({cpu_low:.2f}-{cpu_high:.2f})"
+            go_cpu = row.get("go", {}).get("extender_cpu_ms_per_pod")
+            cpu_vs_go = f"{cpu / go_cpu:.2f}x" if cpu is not None and go_cpu else "-"
             scheduler_cpu = f"{r.get('scheduler_cpu_ms_per_pod', 0):.2f}"
             peak = f"{r['extender_peak_rss_mb']:.0f}" if r.get("extender_peak_rss_mb") is not None else "-"
             lines.append(
-                f"| {nodes} | {label} | {rate:.0f} | {vs_go} | {vs_none} | {attempt} | {extender_cpu} | {scheduler_cpu}"
-                f" | {peak} | {server} |"
+                f"| {nodes} | {label} | {rate:.0f} ({low:.0f}-{high:.0f}) | {vs_go} | {vs_none} | {attempt}"
+                f" | {extender_cpu} | {cpu_vs_go} | {scheduler_cpu} | {peak} | {server} |"
             )
     return "\n".join(lines)
 
@@ -332,6 +366,8 @@ def main() -> int:
         help="what to run, in order (floor: benchmarks/floor.py --echo, the least a Python extender on"
         " aiohttp does; loadext-noherd: diagnostic, the herd guard off)",
     )
+    parser.add_argument("--runs", type=int, default=3, help="runs per configuration, interleaved (default 3)")
+    parser.add_argument("--before", type=Path, help=f"a checkout of older loadext code, run side by side as {BEFORE!r}")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for all pods to bind")
     parser.add_argument("--out", type=Path, default=HERE / "results.json")
     args = parser.parse_args()
