@@ -1,6 +1,6 @@
 """What the pod watch costs `loadext serve`, per event, on a real API server.
 
-    python3 benchmarks/watch_cost.py [--pods 3000] [--runs 3] [--tree DIR]
+    python3 benchmarks/watch_cost.py [--pods 3000] [--runs 3] [--before DIR]
 
 One control plane (etcd and kube-apiserver, built from their Go modules) and 100 Nodes; loadext
 runs as shipped for the pod watch (--watch-nodes, herd guard on), pinned to CPU 1, with no
@@ -9,7 +9,8 @@ each, as a scheduler's bind gives) and waits until /explain counts them all in f
 patches each pod's status (one MODIFIED event each that changes nothing loadext keeps, as a
 kubelet's status updates do); then deletes them. loadext's CPU (from /proc, its idle rate over
 the same time subtracted) divided by the events is the row; the table gives the median of the
-runs and their range. `--tree DIR` runs loadext from another checkout, for before and after.
+runs and their range. `--before DIR` runs a second loadext from another checkout beside it
+(the same CPU, the same events at the same moments), for before and after side by side.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ sys.path.insert(0, str(HERE))
 from run import SERVER_CPU, cpu_seconds, pinned  # noqa: E402
 
 from harness.config import as_yaml, loadext_config  # noqa: E402
-from harness.kubernetes import ControlPlane, Process, build_components, ready_node_status, wait_until  # noqa: E402
+from harness.kubernetes import ControlPlane, build_components, ready_node_status, wait_until  # noqa: E402
 from harness.loadext import from_tree, ready, serve_argv  # noqa: E402
 from harness.prometheus import free_port  # noqa: E402
 
@@ -93,34 +95,50 @@ def touch_status(core: Any, i: int) -> None:
 
 
 class Measured:
-    """loadext's CPU seconds over a stretch, less its idle rate over the same time."""
+    """Each arm's CPU seconds over a stretch, less its idle rate over the same time."""
 
-    def __init__(self, pid: int, idle_rate: float) -> None:
-        self.pid, self.idle_rate = pid, idle_rate
-        self.cpu, self.wall = cpu_seconds(pid), time.monotonic()
+    def __init__(self, arms: dict[str, Arm]) -> None:
+        self.arms = arms
+        self.cpu = {name: cpu_seconds(arm.pid) for name, arm in arms.items()}
+        self.wall = time.monotonic()
 
-    def per(self, events: int) -> float:
-        spent = cpu_seconds(self.pid) - self.cpu - self.idle_rate * (time.monotonic() - self.wall)
-        return spent / events * 1e6
+    def per(self, events: int) -> dict[str, float]:
+        took = time.monotonic() - self.wall
+        return {
+            name: (cpu_seconds(arm.pid) - self.cpu[name] - arm.idle_rate * took) / events * 1e6
+            for name, arm in self.arms.items()
+        }
 
 
-def run_once(core: Any, url: str, pid: int, pods: int) -> dict[str, float]:
-    start = cpu_seconds(pid)
+@dataclass
+class Arm:
+    """One `loadext serve` watching the pods."""
+
+    url: str
+    pid: int
+    idle_rate: float = 0.0
+
+
+def run_once(core: Any, arms: dict[str, Arm], pods: int) -> dict[str, dict[str, float]]:
+    start = {name: cpu_seconds(arm.pid) for name, arm in arms.items()}
     time.sleep(10)
-    idle_rate = (cpu_seconds(pid) - start) / 10
-    out = {"idle CPU %": idle_rate * 100}
-    measured = Measured(pid, idle_rate)
+    for name, arm in arms.items():
+        arm.idle_rate = (cpu_seconds(arm.pid) - start[name]) / 10
+    out = {"idle CPU %": {name: arm.idle_rate * 100 for name, arm in arms.items()}}
+    measured = Measured(arms)
     each_pod(core, pods, create)
-    settled(lambda: in_flight(url) == pods, "loadext to count every pod")
+    for arm in arms.values():
+        settled(lambda arm=arm: in_flight(arm.url) == pods, "loadext to count every pod")
     out["bound pod (ADDED) us"] = measured.per(pods)
-    measured = Measured(pid, idle_rate)
+    measured = Measured(arms)
     each_pod(core, pods, touch_status)
     expected = pods  # every pod's status changed once: wait for the API server to have sent them
     settled(lambda: _status_touched(core) >= expected, "the status updates")
     time.sleep(2)  # the watch lags the list by a moment; nothing else to await from loadext
     out["status update (MODIFIED) us"] = measured.per(pods)
     core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
-    settled(lambda: in_flight(url) == 0, "loadext to forget the pods")
+    for arm in arms.values():
+        settled(lambda arm=arm: in_flight(arm.url) == 0, "loadext to forget the pods")
     return out
 
 
@@ -133,12 +151,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=3000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--tree", type=Path, help="run loadext from this checkout")
+    parser.add_argument("--before", type=Path, help="a checkout of older loadext code, watching beside it")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="loadext-watchcost-"))
     plane = ControlPlane(workdir, build_components())
-    loadext: Process | None = None
+    trees = {"now": None} | ({"before": args.before} if args.before else {})
     try:
         plane.start()
         core = client.CoreV1Api(plane.api())
@@ -150,27 +168,31 @@ def main() -> int:
         herd = {"enabled": True, "window": "10m"}
         prometheus = f"http://127.0.0.1:{free_port()}"  # none: the watch alone is measured
         config.write_text(as_yaml(loadext_config(prometheus, "up", "up", refresh="5s", herdGuard=herd)))
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        serve = serve_argv(
-            config, port, "--kubeconfig", str(plane.admin_kubeconfig), "--watch-nodes", options=["--log-level", "error"]
-        )
-        loadext = Process("loadext", pinned(SERVER_CPU, from_tree(serve, args.tree)), workdir)
-        wait_until(lambda: ready(url), "loadext", timeout=60, process=loadext)
+        arms = {}
+        for name, tree in trees.items():
+            port = free_port()
+            serve = serve_argv(
+                config, port, "--kubeconfig", str(plane.admin_kubeconfig), "--watch-nodes",
+                options=["--log-level", "error"],
+            )  # fmt: skip
+            process = plane.spawn(f"loadext-{name}", pinned(SERVER_CPU, from_tree(serve, tree)))
+            arms[name] = Arm(f"http://127.0.0.1:{port}", process.proc.pid)
+            wait_until(lambda url=arms[name].url: ready(url), f"loadext {name}", timeout=60, process=process)
         runs = []
         for i in range(args.runs):
             print(f"run {i + 1} of {args.runs} ...", file=sys.stderr)
-            runs.append(run_once(core, url, loadext.proc.pid, args.pods))
+            runs.append(run_once(core, arms, args.pods))
     finally:
-        if loadext is not None:
-            loadext.stop()
         plane.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"| loadext CPU per event ({args.pods} pods, median of {args.runs}) | median | range |")
-    print("|---|---:|---:|")
+    print(f"| loadext CPU per event ({args.pods} pods, {args.runs} runs) | " + " | ".join(trees) + " |")
+    print("|---|" + "---:|" * len(trees))
     for key in runs[0]:
-        values = [run[key] for run in runs]
-        print(f"| {key} | {statistics.median(values):.1f} | {min(values):.1f}-{max(values):.1f} |")
+        cells = []
+        for name in trees:
+            values = [run[key][name] for run in runs]
+            cells.append(f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})")
+        print(f"| {key} | " + " | ".join(cells) + " |")
     if args.out:
         args.out.write_text(json.dumps(runs, indent=2))
     return 0
