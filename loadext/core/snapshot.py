@@ -13,15 +13,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-import msgspec
 from cachetools import TTLCache
 
 
-class Sample(msgspec.Struct, frozen=True, gc=False):
-    """Numbers only, so the garbage collector need not track it (gc=False), nor, then, the dicts
-    that hold samples: the tens of thousands a round stores would otherwise lengthen every full
-    collection, which holds the interpreter, and the event loop with it, while it runs."""
-
+@dataclass(frozen=True, slots=True)
+class Sample:
     value: float  # 0..1
     timestamp: float  # wall-clock seconds at which Prometheus evaluated it
     mean: float | None = None  # riskAware: mean over the risk window
