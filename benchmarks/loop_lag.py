@@ -1,7 +1,7 @@
 """How long the scheduler waits on loadext while refresh rounds land: filter latency, call by
 call, with a real Prometheus up and down.
 
-    python3 benchmarks/loop_lag.py [--nodes 15000] [--seconds 30] [--runs 3] [--tree DIR]
+    python3 benchmarks/loop_lag.py [--nodes 15000] [--seconds 30] [--runs 3] [--before DIR]
 
 Two cases, each a `loadext serve` of its own (pinned to CPU 1, the client to CPU 0; refresh
 every 5 s, per-node metrics on, names from requests as without --watch-nodes):
@@ -13,8 +13,9 @@ every 5 s, per-node metrics on, names from requests as without --watch-nodes):
 Each case runs with Prometheus answering and then with it down (a proxy closing every
 connection), `--seconds` each, `--runs` times; the table gives the median of the runs' p50, p99
 and max, and the runs' range of max. Calls are paced, one at a time on a kept-alive connection,
-from a process of their own, so a call's latency is how late loadext answered it. `--tree DIR` runs loadext from another
-checkout (its `loadext` package), to measure before and after side by side.
+from a process of their own, so a call's latency is how late loadext answered it. `--before DIR`
+runs loadext from an older checkout (its `loadext` package) in turn with the current one within
+each run: before and after side by side.
 """
 
 from __future__ import annotations
@@ -131,13 +132,13 @@ def measure(loadext: Loadext, proxy: FaultProxy, bodies: list[bytes], every: flo
     return out
 
 
-def run_once(args: argparse.Namespace, workdir: Path, prom_url: str) -> dict[str, Any]:
+def run_once(args: argparse.Namespace, workdir: Path, prom_url: str, tree: Path | None) -> dict[str, Any]:
     names = [node_name(i) for i in range(1, args.nodes + 1)]
     rng = random.Random(1)
     results: dict[str, Any] = {}
 
     proxy = FaultProxy(prom_url)
-    loadext = Loadext(workdir, "cluster", bench_config(proxy.url), args.tree)
+    loadext = Loadext(workdir, "cluster", bench_config(proxy.url), tree)
     try:
         wait_until(
             lambda: metric(loadext.url, 'loadext_signal_series{signal="cpu"}') == args.nodes,
@@ -154,7 +155,7 @@ def run_once(args: argparse.Namespace, workdir: Path, prom_url: str) -> dict[str
 
     proxy = FaultProxy(prom_url)
     three = '{node=~"node-0000[1-3]"}'
-    loadext = Loadext(workdir, "big-request", bench_config(proxy.url, three), args.tree)
+    loadext = Loadext(workdir, "big-request", bench_config(proxy.url, three), tree)
     try:
         big = filter_body([f"request-only-{i:06d}" for i in range(BIG_REQUEST_NAMES)])
         latencies(loadext.port, [big], 1, 0.001)
@@ -176,18 +177,20 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return table
 
 
-def table(rows: dict[str, Any], nodes: int) -> str:
+def table(arms: dict[str, dict[str, Any]], nodes: int) -> str:
     lines = [
-        f"| case ({nodes} nodes in the cluster case) | calls | rounds | p50 ms | p99 ms | max ms "
+        f"| case ({nodes} nodes in the cluster case) | code | calls | rounds | p50 ms | p99 ms | max ms "
         "| max range ms | calls > 50 ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for label, r in rows.items():
-        low, high = r["max_range"]
-        lines.append(
-            f"| {label} | {r['calls']:.0f} | {r['rounds']:.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['max']:.1f} "
-            f"| {low:.0f}-{high:.0f} | {r['over_50ms']:.0f} |"
-        )
+    for label in next(iter(arms.values())):
+        for arm, rows in arms.items():
+            r = rows[label]
+            low, high = r["max_range"]
+            lines.append(
+                f"| {label} | {arm} | {r['calls']:.0f} | {r['rounds']:.0f} | {r['p50']:.1f} | {r['p99']:.1f} "
+                f"| {r['max']:.1f} | {low:.0f}-{high:.0f} | {r['over_50ms']:.0f} |"
+            )
     return "\n".join(lines)
 
 
@@ -196,7 +199,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=15_000)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--tree", type=Path, help="run loadext from this checkout")
+    parser.add_argument("--before", type=Path, help="a checkout of older loadext code, run in turn with each run")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="loadext-looplag-"))
@@ -205,18 +208,20 @@ def main() -> int:
     prom = PrometheusServer(str(workdir), scrape_config(exporter.target, interval="5s"))
     try:
         prom.wait_for("count(bench_cpu)", lambda r: bool(r) and float(r[0]["value"][1]) == args.nodes, timeout=120)
-        runs = []
+        trees = {"now": None} | ({"before": args.before} if args.before else {})
+        runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in trees}
         for i in range(args.runs):
-            print(f"run {i + 1} of {args.runs} ...", file=sys.stderr)
-            runs.append(run_once(args, workdir, prom.url))
+            for arm, tree in trees.items():  # in turn within each run, so drift hits both alike
+                print(f"run {i + 1} of {args.runs}, {arm} ...", file=sys.stderr)
+                runs[arm].append(run_once(args, workdir, prom.url, tree))
     finally:
         prom.stop()
         exporter.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    rows = median_of(runs)
-    print(table(rows, args.nodes))
+    medians = {arm: median_of(measured) for arm, measured in runs.items()}
+    print(table(medians, args.nodes))
     if args.out:
-        args.out.write_text(json.dumps({"runs": runs, "median": rows}, indent=2))
+        args.out.write_text(json.dumps({"runs": runs, "median": medians}, indent=2))
     return 0
 
 
