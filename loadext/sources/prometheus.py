@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,10 +61,8 @@ class PrometheusSource:
     def query_range(self, promql: str, start: float, end: float, step: float) -> Any:
         """A range query's raw matrix (for replay); errors classified like instant queries."""
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}s"}
-        try:
-            return msgspec.json.decode(self._get("/api/v1/query_range", params, "matrix").result)
-        except msgspec.DecodeError as exc:
-            raise QueryError("result_type", f"not a range matrix: {exc}") from None
+        matrix = self._get("/api/v1/query_range", params, "matrix").result
+        return _decoded(msgspec.json.decode, matrix, "a range matrix")
 
     def _get(self, path: str, params: dict[str, str], result_type: str) -> Reply:
         # Prometheus' own evaluation deadline, a little inside ours, so that a slow query is
@@ -114,10 +112,7 @@ def _vector_decoder(label: str) -> msgspec.json.Decoder[list[Any]]:
 
 def decode_vector(raw: bytes, identity: NodeIdentity) -> QueryResult:
     """An instant vector's JSON (data.result) as identity -> ratio (aggregate's rules)."""
-    try:
-        vector = _vector_decoder(identity.label).decode(raw)
-    except msgspec.DecodeError as exc:
-        raise QueryError("result_type", f"not an instant vector: {exc}") from None
+    vector = _decoded(_vector_decoder(identity.label).decode, raw, "an instant vector")
     return aggregate(((s.metric.identity, s.metric.stat, s.value.stamp, s.value.raw) for s in vector), identity)
 
 
@@ -125,10 +120,7 @@ def decode_pod_vector(raw: bytes) -> dict[tuple[str, str], float]:
     """A per-pod usage vector's JSON as (namespace, pod) -> value, in the query's unit (cores,
     bytes). Series without both labels, negative values and NaN/Inf are dropped: a pod is then
     estimated as if it were not measured, never from garbage."""
-    try:
-        vector = _POD_VECTOR.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise QueryError("result_type", f"not an instant vector: {exc}") from None
+    vector = _decoded(_POD_VECTOR.decode, raw, "an instant vector")
     pods: dict[tuple[str, str], float] = {}
     for sample in vector:
         value, key = _number(sample.value.raw), (sample.metric.namespace, sample.metric.pod)
@@ -136,6 +128,14 @@ def decode_pod_vector(raw: bytes) -> dict[tuple[str, str], float]:
             continue
         pods[key] = max(value, pods.get(key, 0.0))  # two series for one pod (two scrape jobs): the higher
     return pods
+
+
+def _decoded(decode: Callable[[bytes], Any], raw: bytes, what: str) -> Any:
+    """A reply's data.result decoded, or the query error that says it is not `what`."""
+    try:
+        return decode(raw)
+    except msgspec.DecodeError as exc:
+        raise QueryError("result_type", f"not {what}: {exc}") from None
 
 
 def _number(raw: str | float) -> float:
