@@ -14,6 +14,7 @@ from loadext.config import Config
 from loadext.core.identity import Identities
 from loadext.core.ingest import MappingReport
 from loadext.core.nodes import NodeDirectory
+from loadext.core.roster import layout
 from loadext.core.snapshot import Snapshot
 from loadext.core.sorting import sorted_in_slices
 
@@ -46,13 +47,12 @@ class SeriesMapping:
 
         What to count from is read here, on the event loop; the count is the returned function,
         safe to run in a worker thread (at 15 000 nodes it is tens of milliseconds)."""
-        known = directory.names()  # first: it folds in the names requests gave since the last read
-        counted_from = (directory.names_version, snapshot.keys_version, identities.version(directory), config.hash)
+        counted_from = (*layout(directory, snapshot, identities), config.hash)
         if counted_from == self._counted_from:
             reports = self.reports
             return lambda: reports
         self._counted_from = counted_from
-        node_for = identities.resolver(directory)
+        known, node_for = directory.names(), identities.resolver(directory)
         previous_reports = self.reports
 
         def count() -> dict[str, MappingReport]:

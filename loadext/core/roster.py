@@ -19,6 +19,14 @@ from loadext.core.sorting import sorted_in_slices
 Rows = Sequence[tuple[str, str]]  # (node, identity), sorted by node; identity "" where it has none
 
 
+def layout(directory: NodeDirectory, snapshot: Snapshot, identities: Identities) -> tuple[int, int, int]:
+    """What says which nodes are known and which series exist, not their values: equal, the
+    node rows and the mapping check come out the same. The names are read first, so that
+    those requests gave since the last read are folded in and counted."""
+    directory.names()
+    return directory.names_version, snapshot.keys_version, identities.version(directory)
+
+
 class Roster:
     def __init__(self) -> None:
         self._built_from: tuple[object, ...] = ()
@@ -29,8 +37,7 @@ class Roster:
     ) -> Callable[[], Rows]:
         """The rows as of now: read here, on the event loop; built by the returned function,
         which is safe to call in a worker thread."""
-        directory.names()  # first: it folds in the names requests gave since the last read
-        built_from = (directory.names_version, snapshot.keys_version, identities.version(directory), identities.kind)
+        built_from = (*layout(directory, snapshot, identities), identities.kind)
         if built_from == self._built_from:
             rows = self._rows
             return lambda: rows
