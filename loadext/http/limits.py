@@ -6,7 +6,8 @@ trickles its body holds a request slot; many large bodies at once add up to more
 the pod has. So:
 
 - header read timeout (connection level): a request whose headers have not all arrived this
-  long after its first byte gets `408` and the connection is closed. The clock starts at the
+  long after its first byte gets `408` (checked a quarter of the timeout apart, at most 1 s)
+  and the connection is closed. The clock starts at the
   first byte, not at accept, so an idle keep-alive connection (the scheduler's Go client keeps
   them) is never cut mid-reuse; idle connections are aiohttp's keepalive timeout's job.
 - body read timeout: `408` (outcome `timeout`), connection closed.
@@ -33,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 
 @dataclass(frozen=True)
@@ -138,34 +138,73 @@ def _timeout_reply() -> bytes:
 _TIMEOUT_REPLY = _timeout_reply()
 
 
-class HeaderDeadline(asyncio.Protocol):
-    """Wraps aiohttp's protocol for one connection: arms a timer at the first byte of each
-    request and disarms it when a handler starts (`started`), i.e. when the headers are in."""
+class HeaderClock:
+    """The header deadlines of one listener's connections: one sweep every `period` while any
+    request waits for its headers, instead of a timer armed at each request's first byte and
+    cancelled when its handler starts (a TimerHandle and a libuv timer twice per scheduling
+    cycle, on the path of every verb). A request still without its headers `timeout` after its
+    first byte is answered 408 and its connection closed, at most `period` late."""
 
-    def __init__(self, inner: asyncio.Protocol, timeout: float, on_expired: Callable[[], None]) -> None:
-        self._inner = inner
-        self._timeout = timeout
+    def __init__(self, timeout: float, on_expired: Callable[[], None]) -> None:
+        self.timeout = timeout
+        self.period = min(1.0, timeout / 4)
         self._on_expired = on_expired
+        # connection -> its request's first byte; inserted at the time read, so oldest first
+        self._waiting: dict[HeaderDeadline, float] = {}
+        self._sweep: asyncio.TimerHandle | None = None
+
+    def first_byte(self, connection: HeaderDeadline) -> None:
+        loop = asyncio.get_running_loop()
+        self._waiting[connection] = loop.time()
+        if self._sweep is None:
+            self._sweep = loop.call_later(self.period, self._expire_late)
+
+    def headers_in(self, connection: HeaderDeadline) -> None:
+        self._waiting.pop(connection, None)
+
+    def _expire_late(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._sweep = None
+        too_old = loop.time() - self.timeout
+        while self._waiting:
+            connection, since = next(iter(self._waiting.items()))
+            if since > too_old:
+                break
+            del self._waiting[connection]
+            if connection.expire():
+                self._on_expired()
+        if self._waiting:
+            self._sweep = loop.call_later(self.period, self._expire_late)
+
+
+class HeaderDeadline(asyncio.Protocol):
+    """Wraps aiohttp's protocol for one connection: tells the listener's HeaderClock when a
+    request's first byte arrives, and when a handler starts (`started`), i.e. its headers are in."""
+
+    def __init__(self, inner: asyncio.Protocol, clock: HeaderClock) -> None:
+        self._inner = inner
+        self._clock = clock
         self._transport: asyncio.Transport | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._awaiting_headers = False
         self._handling = 0
 
     def started(self) -> None:
         self._handling += 1
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._awaiting_headers:
+            self._awaiting_headers = False
+            self._clock.headers_in(self)
 
     def finished(self) -> None:
         self._handling -= 1
 
-    def _expire(self) -> None:
-        self._timer = None
+    def expire(self) -> bool:
+        """The headers took too long: answer 408 and close (False when there is nothing to cut)."""
+        self._awaiting_headers = False
         if self._handling or self._transport is None or self._transport.is_closing():
-            return
-        self._on_expired()
+            return False
         self._transport.write(_TIMEOUT_REPLY)
         self._transport.close()
+        return True
 
     # asyncio.Protocol, forwarded
     def connection_made(self, transport: Any) -> None:
@@ -173,17 +212,18 @@ class HeaderDeadline(asyncio.Protocol):
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self._timer is None and not self._handling:
-            self._timer = asyncio.get_running_loop().call_later(self._timeout, self._expire)
+        if not self._awaiting_headers and not self._handling:
+            self._awaiting_headers = True
+            self._clock.first_byte(self)
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._awaiting_headers:
+            self._awaiting_headers = False
+            self._clock.headers_in(self)
         self._inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -213,8 +253,7 @@ class GuardedSite(web.TCPSite):
         **kwargs: Any,
     ) -> None:
         super().__init__(runner, host, port, **kwargs)
-        self._header_timeout = header_timeout
-        self._on_header_timeout = on_header_timeout
+        self._header_clock = HeaderClock(header_timeout, on_header_timeout)
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
@@ -222,7 +261,7 @@ class GuardedSite(web.TCPSite):
         assert server is not None
 
         def protocol() -> HeaderDeadline:
-            return HeaderDeadline(server(), self._header_timeout, self._on_header_timeout)
+            return HeaderDeadline(server(), self._header_clock)
 
         self._server = await asyncio.get_running_loop().create_server(
             protocol, self._host, self._port, ssl=self._ssl_context, backlog=BACKLOG
@@ -230,15 +269,12 @@ class GuardedSite(web.TCPSite):
         self._bound_port = self._server.sockets[0].getsockname()[1]
 
 
-async def track_handling(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Tells the connection's HeaderDeadline that its headers are in and a handler runs
-    (called by server.py's one middleware, which also handles draining)."""
+def handling(request: web.Request) -> HeaderDeadline | None:
+    """Tells the request's connection that its headers are in and a handler runs; the caller
+    tells it `finished()` when the handler returns (server.py wraps every route so)."""
     transport = request.transport
     deadline = transport.get_protocol() if transport is not None else None
     if not isinstance(deadline, HeaderDeadline):
-        return await handler(request)
+        return None
     deadline.started()
-    try:
-        return await handler(request)
-    finally:
-        deadline.finished()
+    return deadline

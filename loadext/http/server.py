@@ -27,7 +27,7 @@ from loadext.core.cluster import Cluster
 from loadext.core.explain import explain, explain_pod
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs, PodRef
-from loadext.http.limits import LARGE_BODY, Admission, BodyBudget, Limits, track_handling
+from loadext.http.limits import LARGE_BODY, Admission, BodyBudget, Limits, handling
 from loadext.http.protocol import (
     Codec,
     ExtenderRequest,
@@ -110,14 +110,14 @@ def _verb_handler(
     metrics = state.telemetry.verbs
     limits = state.limits
     admission, budget = state.admission, state.body_budget
-    duration, outcomes = metrics.handler_counters(verb)
+    duration, count_outcome = metrics.handler_counters(verb)
     process_tag, serial = f"{verb[:2]}{os.urandom(4).hex()}", itertools.count(1)  # unique, and cheap
 
     too_large = f"request body too large: over --max-body-size ({limits.max_body_size} bytes)"
 
     def refuse(status: int, outcome: str, message: str, started: float, **headers: str) -> web.Response:
         """Refused before the body was read: counted and logged with the reason like the rest."""
-        outcomes[outcome].inc()
+        count_outcome(outcome)
         level = logging.DEBUG if outcome == "overloaded" else logging.WARNING
         if request_log.isEnabledFor(level):
             _log_request(level, verb, outcome, time.perf_counter() - started, dict, message)
@@ -180,7 +180,7 @@ def _verb_handler(
             admission.release(reserved)
             if granted:
                 budget.release(reserved)
-            outcomes[outcome].inc()
+            count_outcome(outcome)
             took = time.perf_counter() - started
             duration.observe(took)
             level = logging.DEBUG if outcome in ("ok", "overloaded", "aborted") else logging.WARNING
@@ -218,34 +218,49 @@ def _log_request(
         request_log.log(level, "%s %s %s", verb, summary.get("pod", "-"), outcome, extra={"fields": fields})
 
 
-@web.middleware
-async def _edges(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Per request, for every route: the header deadline learns its headers are in, unknown
-    paths and wrong methods get a JSON error naming what exists, and while draining each reply
-    closes its connection so the client reconnects elsewhere."""
-    try:
-        response: web.StreamResponse = await track_handling(request, handler)
-    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
-        response = _routing_error(request, exc)
-    if request.app[STATE].draining:
-        response.force_close()
-    return response
+def _edged(state: ServerState, handler: Handler) -> Handler:
+    """A route's handler with what every route needs: the connection's header deadline learns
+    that its headers are in (limits.py), and while draining each reply closes its connection so
+    the client reconnects elsewhere. Wrapped once per route when the app is built, not an aiohttp
+    middleware: with one, every call also walks aiohttp's middleware chain."""
+
+    async def edged(request: web.Request) -> web.StreamResponse:
+        deadline = handling(request)
+        try:
+            response = await handler(request)
+        finally:
+            if deadline is not None:
+                deadline.finished()
+        if state.draining:
+            response.force_close()
+        return response
+
+    return edged
 
 
-def _routing_error(request: web.Request, exc: web.HTTPException) -> web.Response:
-    if isinstance(exc, web.HTTPMethodNotAllowed):
-        allowed = ", ".join(sorted(exc.allowed_methods - {"HEAD"}))
-        message = f"{request.method} {request.path}: method not allowed, use {allowed}"
-        headers = {"Allow": ", ".join(sorted(exc.allowed_methods))}
+async def _no_route(request: web.Request) -> web.Response:
+    """The last route, matching any method and path the others did not: a JSON error naming
+    what exists (aiohttp's own 404 and 405 pages are plain text)."""
+    routes = [r for r in request.app.router.routes() if r.resource is not None and r.method not in ("*", "HEAD")]
+    allowed = sorted({r.method for r in routes if r.resource is not None and r.resource.canonical == request.path})
+    if allowed:
+        status, headers = 405, {"Allow": ", ".join(sorted({*allowed, *(["HEAD"] if "GET" in allowed else [])}))}
+        message = f"{request.method} {request.path}: method not allowed, use {', '.join(allowed)}"
     else:
-        routes = {f"{r.method} {r.resource.canonical}" for r in request.app.router.routes() if r.resource}
-        endpoints = ", ".join(sorted(route for route in routes if not route.startswith("HEAD ")))
-        message, headers = f"{request.method} {request.path}: no such endpoint (endpoints: {endpoints})", {}
-    log.warning("%d %s", exc.status, message)
-    return web.Response(status=exc.status, body=orjson.dumps({"error": message}), content_type=JSON, headers=headers)
+        endpoints = ", ".join(sorted({f"{r.method} {r.resource.canonical}" for r in routes if r.resource is not None}))
+        status, headers = 404, {}
+        message = f"{request.method} {request.path}: no such endpoint (endpoints: {endpoints})"
+    log.warning("%d %s", status, message)
+    return web.Response(status=status, body=orjson.dumps({"error": message}), content_type=JSON, headers=headers)
 
 
-STATE = web.AppKey("state", ServerState)
+def _route(app: web.Application, state: ServerState, method: str, path: str, handler: Handler) -> None:
+    app.router.add_route(method, path, _edged(state, handler))
+
+
+def _finish_routes(app: web.Application, state: ServerState) -> None:
+    """After every other route: the JSON error for whatever they do not match."""
+    _route(app, state, "*", "/{path:.*}", _no_route)
 
 
 def _ops_routes(app: web.Application, state: ServerState) -> None:
@@ -262,30 +277,29 @@ def _ops_routes(app: web.Application, state: ServerState) -> None:
             return web.Response(text="ready\n")
         return web.Response(status=503, text=f"waiting for {', '.join(waiting)}\n")
 
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    _route(app, state, "GET", "/healthz", healthz)
+    _route(app, state, "GET", "/readyz", readyz)
     telemetry = state.telemetry
 
     async def metrics(request: web.Request) -> web.Response:
         body, content_type = telemetry.exposition(",".join(request.headers.getall("Accept", [])))
         return web.Response(body=body, headers={"Content-Type": content_type})
 
-    app.router.add_get("/metrics", metrics)
+    _route(app, state, "GET", "/metrics", metrics)
 
 
 def create_ops_app(state: ServerState) -> web.Application:
     """The plain-HTTP port beside an mTLS main port: kubelet probes and Prometheus scrapes
     carry no client certificate. Only read-only health and metrics; no verbs, no explain."""
-    app = web.Application(middlewares=[_edges])
-    app[STATE] = state
+    app = web.Application()
     _ops_routes(app, state)
+    _finish_routes(app, state)
     return app
 
 
 def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
     cluster, extender, metrics, codec = state.cluster, state.extender, state.telemetry.verbs, state.codec
-    app = web.Application(client_max_size=state.limits.max_body_size, middlewares=[_edges])
-    app[STATE] = state
+    app = web.Application(client_max_size=state.limits.max_body_size)
     prefix = normalise_prefix(path_prefix)
 
     def extender_request(body: bytes) -> ExtenderRequest:
@@ -321,7 +335,7 @@ def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
         ("preempt", do_preempt),
         ("bind", do_bind),
     ):
-        app.router.add_post(f"{prefix}/{verb}", _verb_handler(state, verb, answer))
+        _route(app, state, "POST", f"{prefix}/{verb}", _verb_handler(state, verb, answer))
 
     async def explain_view(request: web.Request) -> web.Response:
         pod = request.query.get("pod")
@@ -352,9 +366,10 @@ def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
         return web.Response(text=wanted + "\n")
 
     _ops_routes(app, state)
-    app.router.add_get("/explain", explain_view)
-    app.router.add_get("/debug/loglevel", get_log_level)
-    app.router.add_put("/debug/loglevel", put_log_level)
+    _route(app, state, "GET", "/explain", explain_view)
+    _route(app, state, "GET", "/debug/loglevel", get_log_level)
+    _route(app, state, "PUT", "/debug/loglevel", put_log_level)
+    _finish_routes(app, state)
     return app
 
 

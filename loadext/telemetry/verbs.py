@@ -82,9 +82,15 @@ class VerbMetrics:
         # a lock and checks its labels each time, and a prioritize call made up to 12 of them.
         self._pending: dict[Any, int] = {}  # Counter (a labelled child) -> count not yet in it
 
-    def handler_counters(self, verb: str) -> tuple[Any, dict[str, Any]]:
-        """The verb handler's duration histogram and per-outcome counters, resolved once."""
-        return self.request_duration.labels(verb), {o: self.requests.labels(verb, o) for o in OUTCOMES}
+    def handler_counters(self, verb: str) -> tuple[Any, Callable[[str], None]]:
+        """The verb handler's duration histogram, and what counts a call's outcome (in bulk,
+        as the verbs' own counts are): both resolved once per verb."""
+        counters = {outcome: self.requests.labels(verb, outcome) for outcome in OUTCOMES}
+
+        def count_outcome(outcome: str) -> None:
+            self._add(counters[outcome], 1)
+
+        return self.request_duration.labels(verb), count_outcome
 
     def slow_client(self, phase: str) -> None:
         self.slow_clients.labels(phase).inc()

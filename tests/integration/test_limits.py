@@ -104,6 +104,19 @@ def test_an_idle_keep_alive_connection_is_not_cut_by_the_header_timeout(server: 
         assert read_reply(conn)[0] == 200
 
 
+def test_headers_trickled_after_a_served_request_on_the_same_connection_get_408(server: int) -> None:
+    """The deadline is per request, not per connection: the second request's starts at its first byte."""
+    with connect(server) as conn:
+        conn.sendall(head(len(BODY)) + BODY)
+        assert read_reply(conn)[0] == 200
+        conn.sendall(b"POST /filter HTTP/1.1\r\n")  # and never the rest
+        started = time.monotonic()
+        status, _, body = read_reply(conn)
+        assert status == 408 and "header" in json.loads(body)["error"]
+        assert HEADER_TIMEOUT * 0.8 <= time.monotonic() - started < HEADER_TIMEOUT + 2
+        assert closed_by_server(conn)
+
+
 def test_trickled_body_gets_408(server: int) -> None:
     with connect(server) as slow:
         slow.sendall(head(len(BODY)) + BODY[:10])
