@@ -25,6 +25,7 @@ class PodLedger:
     def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
+        self._rule = EstimateRule.of(config.herd_guard)
         self.inflight = InFlight(config.herd_guard.window)
         self.learned = UsageHistory()
         self._errors_noted: LRUCache[tuple[str, str], bool] = LRUCache(maxsize=65536)
@@ -33,13 +34,13 @@ class PodLedger:
 
     def configure(self, config: Config) -> None:
         self.config = config
+        self._rule = EstimateRule.of(config.herd_guard)
         self.inflight.window = config.herd_guard.window
 
     def estimate(self, pod: PodRef) -> Estimate:
         """The pod's usage as learned (learned.py): its owner's recent pods', else the factor
         rule. Once placed and measured, its own usage replaces it (_with_measured)."""
-        rule = EstimateRule.of(self.config.herd_guard)
-        factor = pod_estimate(pod.containers, pod.init_containers, pod.overhead, rule)
+        factor = pod_estimate(pod.containers, pod.init_containers, pod.overhead, self._rule)
         return self.learned.estimate(pod.owner, factor, self.clock())
 
     def place(self, uid: str, node: str, placed_at: float, usage: Usage) -> None:
