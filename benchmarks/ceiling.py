@@ -1,7 +1,7 @@
 """How fast loadext's names path could be, measured live: the same HTTP requests against five
 servers, each doing a little less of loadext's work.
 
-    python3 benchmarks/ceiling.py [--names 500] [--duration 3] [--repeat 6]
+    python3 benchmarks/ceiling.py [--names 500] [--duration 3] [--repeat 6] [--before DIR]
 
 - loadext: `loadext serve`'s app (loadext.app.App) over a stored 5000-node snapshot: everything;
 - loadext, no verb: the same, with filter/prioritize answering a result computed once;
@@ -11,6 +11,10 @@ servers, each doing a little less of loadext's work.
   the same size;
 - floor, constant: benchmarks/floor.py, aiohttp answering a 90-byte constant;
 - Go reference: benchmarks/reference/ with GOMAXPROCS=1, the yardstick of issue #14's targets.
+
+`--before DIR` adds two rows from another checkout (its own benchmarks/ceiling.py serving its own
+loadext): "loadext" and "loadext, no verb, no decode" of that code, for before and after side by
+side in the same runs.
 
 Each server is pinned to CPU 1 and wrk to CPU 0; runs alternate between servers and the table
 gives medians of requests per second and of the server's CPU time per request (from
@@ -70,7 +74,12 @@ def serve(port: int, mode: str, body_path: Path) -> None:
     web.run_app(app.web_app("/", background=False), host="127.0.0.1", port=port, access_log=None, print=None)
 
 
-def start(mode: str, body: Path, reference: tuple[Path, Path]) -> tuple[subprocess.Popen[bytes], str]:
+BEFORE_SERVERS = {"loadext, before": "all", "loadext, no verb, no decode, before": "no-decode"}
+
+
+def start(
+    mode: str, body: Path, reference: tuple[Path, Path], tree: Path = HERE.parent
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     if mode == "go":  # env execs the binary: the pid is the server's, for its CPU time
         binary, snapshot = reference
@@ -78,7 +87,7 @@ def start(mode: str, body: Path, reference: tuple[Path, Path]) -> tuple[subproce
     elif mode in ("echo", "constant"):
         argv = [sys.executable, str(HERE / "floor.py"), str(port), *(["--echo"] if mode == "echo" else [])]
     else:
-        argv = [sys.executable, str(Path(__file__).resolve()), "--serve", str(port), mode, str(body)]
+        argv = [sys.executable, str(tree / "benchmarks" / "ceiling.py"), "--serve", str(port), mode, str(body)]
     process = subprocess.Popen(pinned("1", argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return process, f"http://127.0.0.1:{port}"
 
@@ -90,6 +99,9 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]]]:
     body = workdir / f"args-names-{args.names}.json"
     reference = build_reference(workdir, NODES)
     servers = {label: start(mode, body, reference) for label, mode in SERVERS.items()}
+    if args.before is not None:
+        before = args.before.resolve()
+        servers |= {label: start(mode, body, reference, before) for label, mode in BEFORE_SERVERS.items()}
     try:
         for label, (process, url) in servers.items():
             deadline = time.monotonic() + 60
@@ -125,7 +137,7 @@ def table(results: dict[str, dict[str, dict[str, float]]], names: int) -> str:
         "| server | filter req/s | CPU us | prioritize req/s | CPU us |",
         "|---|---:|---:|---:|---:|",
     ]
-    for label in SERVERS:
+    for label in results["filter"]:
         f, p = results["filter"][label], results["prioritize"][label]
         lines.append(f"| {label} | {f['rps']:.0f} | {f['cpu_us']:.0f} | {p['rps']:.0f} | {p['cpu_us']:.0f} |")
     return "\n".join(lines)
@@ -139,6 +151,7 @@ def main() -> int:
     parser.add_argument("--names", type=int, default=500, help="names per request (default 500)")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per wrk run (default 3)")
     parser.add_argument("--repeat", type=int, default=6, help="runs per server and verb; medians (default 6)")
+    parser.add_argument("--before", type=Path, help="a checkout of older loadext code, served beside this one")
     args = parser.parse_args()
     print(table(measure(args), args.names))
     return 0
