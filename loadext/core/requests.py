@@ -22,7 +22,7 @@ class PodRef:
     containers: tuple[tuple[Quantities, Quantities], ...] = ()  # (requests, limits) per container
     init_containers: tuple[tuple[Quantities, Quantities], ...] = ()
     overhead: Quantities = field(default_factory=dict)
-    owner: str = ""  # usage.owner_of: "namespace/Kind/name", or ""
+    owner: str = ""  # learned.owner_of: "namespace/Kind/name", or ""
 
     @property
     def is_daemonset(self) -> bool:

@@ -52,7 +52,7 @@ class PodMeta(Decoded):
     deletionTimestamp: str | None = None
 
     def owner(self) -> str:
-        """usage.owner_of for this pod: its controller, a Deployment's ReplicaSets folded."""
+        """learned.owner_of for this pod: its controller, a Deployment's ReplicaSets folded."""
         refs = ((ref.kind, ref.name, bool(ref.controller)) for ref in self.ownerReferences or ())
         return owner_of(self.namespace, refs, self.labels.template_hash if self.labels is not None else "")
 
