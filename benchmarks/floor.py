@@ -15,7 +15,7 @@ import sys
 import orjson
 from aiohttp import web
 
-from loadext.http.limits import Limits
+from loadext.config.serving import Limits
 from loadext.http.server import install_event_loop
 
 REPLY = b'{"Nodes":null,"NodeNames":[],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}'

@@ -18,8 +18,8 @@ from harness.config import as_yaml, loadext_config, stored_config
 from harness.exporter import Exporter
 from harness.waiting import eventually
 from loadext.app import App
+from loadext.config.serving import Limits
 from loadext.core.snapshot import SignalValues
-from loadext.http.limits import Limits
 
 STORED_CONFIG = stored_config()
 HERD_GUARDED_CONFIG = stored_config(herdGuard={"enabled": True, "window": "5m"})  # the guard on, learning on

@@ -17,19 +17,18 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from loadext import __version__
 from loadext.config import Config, parse_config
+from loadext.config.serving import ConfigMapRef, Limits, ServeOptions
 from loadext.core.cluster import Cluster
 from loadext.core.explain import explain, node_states_builder
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs
 from loadext.http import lifecycle, tls
-from loadext.http.limits import Limits
 from loadext.http.server import ServerState, create_app, create_ops_app, install_event_loop
 from loadext.sources import kube, requeue, watches
 from loadext.sources.lease import Lease, holder_identity
@@ -38,31 +37,9 @@ from loadext.sources.readiness import Readiness
 from loadext.sources.rebalancer import Done, Rebalancer
 from loadext.sources.refresher import Refresher
 from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
-from loadext.sources.watches import ConfigMapRef
 from loadext.telemetry import Telemetry
 
 log = logging.getLogger("loadext")
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """`loadext serve`'s flags, as cli.py parsed them (see `loadext serve --help`)."""
-
-    config: str | None = None
-    configmap: ConfigMapRef | None = None
-    kubeconfig: str | None = None
-    watch_nodes: bool = False
-    requeue_stranded: bool = False
-    reload_interval: float = 2.0
-    listen: tuple[str, int] = ("0.0.0.0", 8888)
-    path_prefix: str = "/"
-    metrics_listen: tuple[str, int] | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_client_ca: str | None = None
-    limits: Limits = field(default_factory=Limits)
-    shutdown_delay: float = 0.0
-    shutdown_timeout: float = 30.0
 
 
 class App:
@@ -229,53 +206,51 @@ def tune_interpreter() -> None:
 
 def serve(options: ServeOptions) -> int:
     """Run the extender until SIGTERM (lifecycle.py drains and stops it)."""
-    wants_api = options.kubeconfig or options.configmap or options.watch_nodes or options.requeue_stranded
-    api = kube.api_client(options.kubeconfig) if wants_api else None
-    ref = options.configmap
+    source, kube_access, ports = options.source, options.kube, options.ports
+    ref = source.configmap_ref
+    api = kube.api_client(kube_access.kubeconfig) if kube_access.wanted or ref is not None else None
     if ref is not None:
         if api is None:
             raise OSError("--configmap needs a Kubernetes API client (--kubeconfig, or run in a pod)")
-        source = f"configmap {ref.namespace}/{ref.name} key {ref.key}"
+        where = f"configmap {ref.namespace}/{ref.name} key {ref.key}"
         text = kube.read_configmap(api, ref.namespace, ref.name, ref.key)
     else:
-        source = options.config or ""
-        with open(source, encoding="utf-8") as handle:
+        where = source.file or ""
+        with open(where, encoding="utf-8") as handle:
             text = handle.read()
     app = App(
         text,
-        source,
-        config_path=options.config,
-        reload_interval=options.reload_interval,
+        where,
+        config_path=source.file,
+        reload_interval=source.reload_interval,
         configmap=ref,
         kube_api=api,
-        watch_nodes=options.watch_nodes,
-        requeue_stranded=options.requeue_stranded,
+        watch_nodes=kube_access.watch_nodes,
+        requeue_stranded=kube_access.requeue_stranded,
         limits=options.limits,
     )
     config = app.cluster.config
     if (config.bind_enabled or config.herd_guard.enabled) and app.kube_api is None:
         app.kube_api = kube.api_client(None)  # in-cluster: bind and the pod watch need it
-    web_app = app.web_app(options.path_prefix)
-    host, port = options.listen
+    web_app = app.web_app(ports.path_prefix)
+    host, port = ports.listen
     log.info(
         "loadext %s serving on %s:%d%s (config from %s, hash %s)",
         __version__,
         host,
         port,
-        options.path_prefix,
-        source,
+        ports.path_prefix,
+        where,
         config.hash,
     )
     context = None
-    if options.tls_cert or options.tls_key or options.tls_client_ca:
-        if not (options.tls_cert and options.tls_key):
-            raise OSError("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")
-        context = tls.server_context(options.tls_cert, options.tls_key, options.tls_client_ca)
-        web_app.cleanup_ctx.append(tls.reloader(context, options.tls_cert, options.tls_key, options.reload_interval))
+    if (served := tls.serving(options.tls, source.reload_interval)) is not None:
+        context, reload_files = served
+        web_app.cleanup_ctx.append(reload_files)
     listeners = [lifecycle.Listener(web_app, host, port, context)]
-    if options.metrics_listen:
-        listeners.append(lifecycle.Listener(create_ops_app(app.server), *options.metrics_listen))
-        log.info("metrics and probes also on plain http://%s:%d", *options.metrics_listen)
+    if ports.metrics_listen:
+        listeners.append(lifecycle.Listener(create_ops_app(app.server), *ports.metrics_listen))
+        log.info("metrics and probes also on plain http://%s:%d", *ports.metrics_listen)
 
     def drain() -> None:
         app.server.draining = True
@@ -286,7 +261,7 @@ def serve(options: ServeOptions) -> int:
         lifecycle.serve(
             listeners,
             options.limits.header_timeout,
-            lifecycle.Shutdown(options.shutdown_delay, options.shutdown_timeout),
+            options.shutdown,
             on_drain=drain,
             on_header_timeout=lambda: app.telemetry.verbs.slow_client("header"),
         )

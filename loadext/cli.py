@@ -18,15 +18,9 @@ from loadext.commands import explain as explain_command
 from loadext.commands import rebalance as rebalance_command
 from loadext.commands import replay as replay_command
 from loadext.commands import serve as serve_command
-from loadext.commands.arguments import (
-    configmap_ref,
-    duration,
-    parse_listen,
-    parse_size,
-    positive_duration,
-    positive_int,
-)
 from loadext.config import ConfigError
+from loadext.config.flags import duration
+from loadext.config.serving import ServeOptions
 from loadext.logs import configure as configure_logs
 from loadext.sources.kube import KubeError
 from loadext.sources.query_error import QueryError
@@ -91,105 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  loadext serve --config config.yaml --listen 127.0.0.1:8888\n"
         "  loadext serve --configmap loadext/loadext-config --watch-nodes --log-format json",
     )
-    source = serve.add_mutually_exclusive_group(required=True)
-    source.add_argument("--config", help="YAML config file (a mounted ConfigMap key), reloaded when it changes")
-    source.add_argument(
-        "--configmap",
-        type=configmap_ref,
-        metavar="NAMESPACE/NAME",
-        help="read and watch the config in this ConfigMap through the API instead; "
-        "rejected versions are also reported as Events on it",
-    )
-    serve.add_argument("--configmap-key", default="config.yaml", help="key of the ConfigMap (default config.yaml)")
-    serve.add_argument(
-        "--listen",
-        type=parse_listen,
-        default=("0.0.0.0", 8888),
-        help="HOST:PORT to listen on (default 0.0.0.0:8888)",
-    )
-    serve.add_argument("--path-prefix", default="/", help="path before the verbs, matching urlPrefix (default /)")
-    serve.add_argument(
-        "--metrics-listen",
-        type=parse_listen,
-        help="also serve /metrics, /healthz and /readyz over plain HTTP on HOST:PORT (for Prometheus and "
-        "kubelet probes when the main port requires client certificates)",
-    )
-    limits = serve.add_argument_group("limits (HTTP 413, 408 and 503 with a JSON body)")
-    limits.add_argument(
-        "--max-body-size",
-        type=parse_size,
-        default="256Mi",
-        help="largest request body accepted (default 256Mi; non-cache requests carry ~7.5 KB per node)",
-    )
-    limits.add_argument(
-        "--header-timeout",
-        type=positive_duration,
-        default="5s",
-        help="time from a request's first byte to its last header (default 5s)",
-    )
-    limits.add_argument(
-        "--body-timeout", type=positive_duration, default="10s", help="time to read a request body (default 10s)"
-    )
-    limits.add_argument(
-        "--max-concurrent-requests",
-        type=positive_int,
-        default=64,
-        help="extender requests read or answered at once; more get 503 + Retry-After (default 64)",
-    )
-    limits.add_argument(
-        "--max-inflight-bytes",
-        type=parse_size,
-        default="1Gi",
-        help="sum of the bodies of concurrent requests (unknown lengths count as --max-body-size); "
-        "more get 503 + Retry-After (default 1Gi)",
-    )
-    limits.add_argument(
-        "--body-memory",
-        type=parse_size,
-        default="64Mi",
-        help="bodies of 1Mi and over are read and answered while they sum to at most this; the rest wait "
-        "their turn unread (503 + Retry-After after --body-timeout), so RSS stays near 3x it (default 64Mi)",
-    )
-    lifecycle = serve.add_argument_group("shutdown on SIGTERM (fit both in terminationGracePeriodSeconds)")
-    lifecycle.add_argument(
-        "--shutdown-delay",
-        type=duration,
-        default="5s",
-        help="keep serving this long after readiness turns false, while endpoints update (default 5s)",
-    )
-    lifecycle.add_argument(
-        "--shutdown-timeout",
-        type=duration,
-        default="15s",
-        help="then wait this long at most for requests in flight (default 15s)",
-    )
-    serve.add_argument(
-        "--reload-interval",
-        type=duration,
-        default="2s",
-        help="how often the config file is checked for changes (default 2s)",
-    )
-    serve.add_argument(
-        "--kubeconfig",
-        help="kubeconfig for the API: bind, --configmap, Node and Pod watches (default: in-cluster service "
-        "account when running in a pod)",
-    )
-    serve.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM); reloaded when it changes")
-    serve.add_argument("--tls-key", help="the certificate's private key (PEM)")
-    serve.add_argument("--tls-client-ca", help="require client certificates signed by this CA (mTLS)")
-    serve.add_argument(
-        "--watch-nodes",
-        action="store_true",
-        help="list/watch Nodes (address identities and pool labels with nodeCacheCapable: true; "
-        "on by itself when herdGuard is enabled at start)",
-    )
-    serve.add_argument(
-        "--requeue-stranded",
-        action="store_true",
-        help="when a node loadext refused becomes acceptable again for a pod its filter left without any "
-        "node, annotate that Node (loadext.io/reopened) so kube-scheduler retries the pod at once instead "
-        "of after up to 5 minutes; needs patch on nodes (docs/security.md)",
-    )
+    ServeOptions.add_flags(serve)
 
     check = command(
         "check-config",

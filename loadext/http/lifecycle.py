@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from loadext.config.serving import Shutdown
 from loadext.http.limits import GuardedSite
 from loadext.sources.wakeup import woken_within
 
@@ -37,12 +38,6 @@ class Listener:
     host: str
     port: int
     ssl_context: ssl.SSLContext | None = None
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    delay: float = 5.0
-    timeout: float = 15.0
 
 
 async def serve(

@@ -30,21 +30,11 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-
-@dataclass(frozen=True)
-class Limits:
-    max_body_size: int = 256 * 1024 * 1024  # a 5000-node non-cache request is ~37 MB
-    header_timeout: float = 5.0
-    body_timeout: float = 10.0
-    max_concurrent: int = 64
-    max_inflight_bytes: int = 1024 * 1024 * 1024
-    body_memory: int = 64 * 1024 * 1024
-
+from loadext.config.serving import Limits
 
 # Bodies below this never wait for BodyBudget: a names request (10 KB at 500 names) must not
 # queue behind a 37 MB one, and thousands of them weigh less than one large body.

@@ -23,11 +23,12 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from loadext import logs
+from loadext.config.serving import Limits
 from loadext.core.cluster import Cluster
 from loadext.core.explain import explain, explain_pod
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs, PodRef
-from loadext.http.limits import LARGE_BODY, Admission, BodyBudget, Limits, handling
+from loadext.http.limits import LARGE_BODY, Admission, BodyBudget, handling
 from loadext.http.protocol import (
     Codec,
     ExtenderRequest,

@@ -9,7 +9,23 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 
+from loadext.config.serving import TLSFiles
+
 log = logging.getLogger(__name__)
+
+
+TLSServing = tuple[ssl.SSLContext, Callable[..., AsyncIterator[None]]]
+
+
+def serving(files: TLSFiles, reload_interval: float) -> TLSServing | None:
+    """The listener's SSLContext and the cleanup context that reloads it (tls reloader), or None
+    without TLS flags. OSError when the flags are incomplete or the files do not load."""
+    if not (files.cert or files.key or files.client_ca):
+        return None
+    if not (files.cert and files.key):
+        raise OSError("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")
+    context = server_context(files.cert, files.key, files.client_ca)
+    return context, reloader(context, files.cert, files.key, reload_interval)
 
 
 def server_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:

@@ -14,11 +14,11 @@ import logging
 from array import array
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from loadext.config.serving import ConfigMapRef
 from loadext.core.ingest import Ingest
 from loadext.core.requests import BoundPod
 from loadext.sources import kube
@@ -88,13 +88,6 @@ class Unchanged:
     def clear(self) -> None:
         """A new list: it replaces what the events told, so every pod's next event counts."""
         self._table = array("q", bytes(8 * self.SLOTS))
-
-
-@dataclass(frozen=True)
-class ConfigMapRef:
-    namespace: str
-    name: str
-    key: str = "config.yaml"
 
 
 def watch_nodes(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Node]:

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 
 from harness.inprocess import STORED_CONFIG, client_for, post, stored_app
 from harness.wire import fixture_bytes
-from loadext.http.limits import Limits
+from loadext.config.serving import Limits
 
 CONFIG = STORED_CONFIG
 GO_FILTER_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
