@@ -286,6 +286,11 @@ class Config:
         (scoring/base.py Strategy.query)."""
         return STRATEGIES[self.scoring.strategy].query(signal.query, dict(self.scoring.params), self.refresh_interval)
 
+    def signals_for(self, pool: Pool | None) -> tuple[Signal, ...]:
+        """The signals a node is judged by: its pool's (with the pool's thresholds and
+        weights), else the top-level ones."""
+        return self.signals if pool is None else pool.signals
+
     def pool_for(self, labels: Mapping[str, str] | None) -> Pool | None:
         """The first pool, in config order, whose selector matches; None: the top-level signals."""
         if labels is None or not self.pools:

@@ -278,7 +278,7 @@ class Cluster:
         """identity -> the signals it is judged by (its pool's, else the config's)."""
         config = self._config
         pools = self._pool_assignment()
-        return lambda identity: pools[identity].signals if identity in pools else config.signals
+        return lambda identity: config.signals_for(pools.get(identity))
 
     def heat(self) -> Heat:
         config, directory = self._config, self.directory

@@ -121,7 +121,7 @@ def explain_pod(decisions: DecisionLog, cluster: Cluster, pod: str) -> dict[str,
         rows_of = zip(decision.names, decision.node_verdicts(), decision.node_samples(), strict=True)
         for name, verdict, samples in rows_of:
             pool = decision.config.pool_for(labelled.get(name))
-            thresholds = {s.name: s.threshold for s in (pool.signals if pool else decision.config.signals)}
+            thresholds = {s.name: s.threshold for s in decision.config.signals_for(pool)}
             rows.append(
                 {
                     "node": name,

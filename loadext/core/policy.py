@@ -110,7 +110,7 @@ def judge(samples: Mapping[str, Sample], config: Config, now: float, pool: Pool 
     over: list[str] = []
     rejected_by: list[tuple[str, str]] = []
     parts: list[tuple[float, float]] = []
-    for signal in pool.signals if pool is not None else config.signals:
+    for signal in config.signals_for(pool):
         sample = samples.get(signal.name)
         if sample is None or not sample.fresh(now, config.max_data_age):
             if config.missing_data == "reject":
@@ -150,7 +150,7 @@ def heat(samples: Mapping[str, Sample], config: Config, pool: Pool | None, verdi
     signal, missing data, degraded mode or the burst cap."""
     if verdict.passed or not verdict.rejected_by:
         return None
-    signals = {s.name: s for s in (pool.signals if pool is not None else config.signals)}
+    signals = {s.name: s for s in config.signals_for(pool)}
     refusing = []
     for name, cause in verdict.rejected_by:
         signal = signals.get(name)

@@ -69,8 +69,7 @@ def corrected_heat(
         return None
     usage, _ = _without_own(candidate.name, placed, own)
     ratios = _extra_ratios(candidate.name, usage + incoming, capacity) or {}
-    signals = candidate.pool.signals if candidate.pool is not None else config.signals
-    return fullness(candidate.samples, signals, ratios)
+    return fullness(candidate.samples, config.signals_for(candidate.pool), ratios)
 
 
 def _without_own(node: str, placed: tuple[Usage, int], own: Placement | None) -> tuple[Usage, int]:
