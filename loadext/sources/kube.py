@@ -67,7 +67,7 @@ def list_nodes(api: Any) -> list[Node]:
     """Every Node, once (explain --config); a failure is one KubeError line."""
     try:
         return list_objects(api.list_node, Node).items or []
-    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+    except API_ERRORS as exc:
         raise _failed(api, "listing Nodes", exc) from None
 
 
@@ -101,10 +101,8 @@ def bind(api: Any, args: BindingArgs, timeout: float = API_TIMEOUT) -> str:
         return f"{failure}: {unanswered(exc, timeout)}"
     try:
         pod = api.read_namespaced_pod(args.pod_name, args.pod_namespace, _request_timeout=timeout)
-    except ApiException as exc:
-        return f"{failure}; reading the pod failed: {exc.status} {exc.reason}"
-    except urllib3.exceptions.HTTPError as exc:
-        return f"{failure}; reading the pod failed: {unanswered(exc, timeout)}"
+    except API_ERRORS as exc:
+        return f"{failure}; reading the pod failed: {why_failed(exc, timeout)}"
     if pod.metadata.uid != args.pod_uid:
         return f"pod {args.pod_namespace}/{args.pod_name} has UID {pod.metadata.uid}, not {args.pod_uid}"
     if pod.spec.node_name == args.node:
@@ -330,7 +328,7 @@ def _lines(reply: Any) -> Iterator[bytes]:
 def read_configmap(api: Any, namespace: str, name: str, key: str) -> str:
     try:
         configmap = api.read_namespaced_config_map(name, namespace, _request_timeout=API_TIMEOUT)
-    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+    except API_ERRORS as exc:
         raise _failed(api, f"reading ConfigMap {namespace}/{name}", exc) from None
     data = configmap.data or {}
     if key not in data:
@@ -383,7 +381,7 @@ def record_event(
     )
     try:
         api.create_namespaced_event(namespace, event, _request_timeout=API_TIMEOUT)
-    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+    except API_ERRORS as exc:
         log.warning("could not record an Event on %s %s/%s: %s", kind, namespace, name, getattr(exc, "status", exc))
 
 
@@ -392,10 +390,20 @@ def annotate_node(api: Any, node: str, key: str, value: str) -> str:
     try:
         api.patch_node(node, {"metadata": {"annotations": {key: value}}}, _request_timeout=API_TIMEOUT)
         return ""
-    except ApiException as exc:
-        return f"annotating node {node} failed: {exc.status} {exc.reason}"
-    except urllib3.exceptions.HTTPError as exc:
-        return f"annotating node {node} failed: {unanswered(exc, API_TIMEOUT)}"
+    except API_ERRORS as exc:
+        return f"annotating node {node} failed: {why_failed(exc)}"
+
+
+# What a call to the API server raises when it fails: the server's refusal, or no answer.
+API_ERRORS = (ApiException, urllib3.exceptions.HTTPError)
+
+
+def why_failed(exc: ApiException | urllib3.exceptions.HTTPError, timeout: float = API_TIMEOUT) -> str:
+    """A failed API call's cause in a few words: the server's status and reason, or why no
+    answer came."""
+    if isinstance(exc, ApiException):
+        return f"{exc.status} {exc.reason}"
+    return unanswered(exc, timeout)
 
 
 def unanswered(exc: urllib3.exceptions.HTTPError, timeout: float) -> str:

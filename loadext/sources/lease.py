@@ -15,9 +15,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from loadext.sources.kube import API_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class Lease:
         """Take or renew the Lease; whether this replica holds it now. Never raises."""
         try:
             held = self._hold(datetime.now(UTC))
-        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        except API_ERRORS as exc:
             status = getattr(exc, "status", None)
             if status != 409:  # 409: another replica wrote first, which is the Lease doing its job
                 log.warning("rebalancer Lease %s/%s: %s", self.namespace, self.name, status or exc)
@@ -56,7 +57,7 @@ class Lease:
         """Read it again: whether it still names this replica and has not expired."""
         try:
             lease = self._api.read_namespaced_lease(self.name, self.namespace, _request_timeout=5)
-        except (ApiException, urllib3.exceptions.HTTPError):
+        except API_ERRORS:
             return False
         return bool(lease.spec.holder_identity == self.identity and not self._expired(lease, datetime.now(UTC)))
 

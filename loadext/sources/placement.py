@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from loadext.config.units import whole_quantity
 from loadext.core.herd.learned import owner_of
@@ -29,7 +27,7 @@ from loadext.core.rebalance.fit.verifiable import NEUTRAL_VOLUMES
 from loadext.core.rebalance.followup import Replica
 from loadext.core.rebalance.selection import PodFacts
 from loadext.sources.evictions import ApiUnavailable
-from loadext.sources.kube import API_TIMEOUT, list_all, rfc3339_seconds, unanswered
+from loadext.sources.kube import API_ERRORS, list_all, rfc3339_seconds, why_failed
 from loadext.sources.objects import Decoded, OwnerReference, PodStatus, Resources
 
 SIDECAR = "Always"  # an init container's restartPolicy that makes it a sidecar
@@ -243,10 +241,8 @@ def read(api: Any) -> Cluster:
 def _listed(call: Callable[..., Any], kind: type[Any], what: str, **args: Any) -> list[Any]:
     try:
         return list_all(call, kind, **args)
-    except ApiException as exc:
-        raise ApiUnavailable(f"listing {what} failed: {exc.status} {exc.reason}") from None
-    except urllib3.exceptions.HTTPError as exc:
-        raise ApiUnavailable(f"listing {what} failed: {unanswered(exc, API_TIMEOUT)}") from None
+    except API_ERRORS as exc:
+        raise ApiUnavailable(f"listing {what} failed: {why_failed(exc)}") from None
 
 
 # --- mapping ----------------------------------------------------------------------------------

@@ -12,13 +12,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgspec
-import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from loadext.core.rebalance.taints import REFUSED_TAINT, TAINT_KEYS, DaemonSet, NodeTaints, held_back
 from loadext.sources.evictions import ApiUnavailable
-from loadext.sources.kube import API_TIMEOUT, list_all, unanswered
+from loadext.sources.kube import API_ERRORS, API_TIMEOUT, list_all, why_failed
 from loadext.sources.objects import Decoded
 from loadext.sources.placement import Cluster, Meta, ScheduledPod, Spec, constraints
 from loadext.telemetry.rebalance import RebalanceMetrics
@@ -97,10 +95,8 @@ class NodeTaintKeeper:
     def _held_back(self, cluster: Cluster) -> dict[str, list[str]]:
         try:
             listed = list_all(client.AppsV1Api(self.api.api_client).list_daemon_set_for_all_namespaces, WireDaemonSet)
-        except ApiException as exc:
-            raise ApiUnavailable(f"listing daemonsets failed: {exc.status} {exc.reason}") from None
-        except urllib3.exceptions.HTTPError as exc:
-            raise ApiUnavailable(f"listing daemonsets failed: {unanswered(exc, API_TIMEOUT)}") from None
+        except API_ERRORS as exc:
+            raise ApiUnavailable(f"listing daemonsets failed: {why_failed(exc)}") from None
         running = {
             (pod.workload.replace("/DaemonSet/", "/", 1), node)
             for node, pods in cluster.pods.items()
@@ -137,10 +133,8 @@ def set_taints(api: Any, node: str, wanted: Iterable[tuple[str, str]]) -> str:
     concurrent change to its taints is never lost: a 409 is retried next cycle."""
     try:
         current = api.read_node(node, _request_timeout=API_TIMEOUT)
-    except ApiException as exc:
-        return f"reading node {node} failed: {exc.status} {exc.reason}"
-    except urllib3.exceptions.HTTPError as exc:
-        return f"reading node {node} failed: {unanswered(exc, API_TIMEOUT)}"
+    except API_ERRORS as exc:
+        return f"reading node {node} failed: {why_failed(exc)}"
     taints = [t.to_dict() for t in current.spec.taints or ()]
     kept = [{k: v for k, v in t.items() if v is not None} for t in taints if t.get("key") not in TAINT_KEYS]
     ours = sorted((t["key"], t["effect"]) for t in taints if t.get("key") in TAINT_KEYS)
@@ -152,8 +146,6 @@ def set_taints(api: Any, node: str, wanted: Iterable[tuple[str, str]]) -> str:
     }
     try:
         api.patch_node(node, body, _request_timeout=API_TIMEOUT, _content_type="application/merge-patch+json")
-    except ApiException as exc:
-        return f"tainting node {node} failed: {exc.status} {exc.reason}"
-    except urllib3.exceptions.HTTPError as exc:
-        return f"tainting node {node} failed: {unanswered(exc, API_TIMEOUT)}"
+    except API_ERRORS as exc:
+        return f"tainting node {node} failed: {why_failed(exc)}"
     return ""
