@@ -177,21 +177,15 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
     assert placed is not None and placed.node == "ceph1"
 
 
-def test_prioritize_takes_its_filters_estimate_and_a_reload_makes_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_estimate_rule_follows_a_reload() -> None:
+    """The rule is built once per config (not per estimate): a reload must replace it."""
     cluster = guarded_app(True).cluster
-    made: list[PodRef] = []
-    estimate = cluster.ledger.estimate
-    monkeypatch.setattr(cluster.ledger, "estimate", lambda pod: made.append(pod) or estimate(pod))
     pod = PodRef("ns", "p", "uid-1", ("ReplicaSet",), containers=(({"cpu": "1"}, {"cpu": "2"}),))
-    first, _ = cluster.guard.incoming(pod)
-    again, _ = cluster.guard.incoming(pod)  # the codec's same object: prioritize after filter
-    assert made == [pod] and again is first and first.cpu == pytest.approx(1.7)  # max(1, 2 x 0.85)
-    cluster.guard.incoming(replace(pod))  # equal bytes decoded anew (another cycle): estimated anew
-    assert len(made) == 2
-    factor = {"enabled": True, "window": "5m", "cpuLimitFactor": 1.0}
-    cluster.config_applied(parse_config(stored_config(herdGuard=factor)))  # a reload between filter and prioritize
-    latest, _ = cluster.guard.incoming(pod)
-    assert len(made) == 3 and latest.cpu == 2.0
+    before, _ = cluster.guard.incoming(pod)
+    assert before.cpu == pytest.approx(1.7)  # max(1, 2 x 0.85): the default cpuLimitFactor
+    cluster.config_applied(parse_config(stored_config(herdGuard={"enabled": True, "cpuLimitFactor": 1.0})))
+    after, _ = cluster.guard.incoming(pod)
+    assert after.cpu == 2.0
 
 
 def test_the_guess_is_spread_over_tied_top_scores() -> None:

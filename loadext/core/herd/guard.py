@@ -94,7 +94,6 @@ class ActiveGuard:
         self.config = config
         self.ledger = ledger
         self._estimates: LRUCache[str, Estimate] = LRUCache(maxsize=4096)
-        self._last_judged: tuple[PodRef, Config, Estimate] | None = None
         self._memo = IncomingVerdicts()
 
     def configure(self, config: Config) -> None:
@@ -105,18 +104,9 @@ class ActiveGuard:
         return self.config.herd_guard.soft
 
     def incoming(self, pod: PodRef | None) -> tuple[Usage, Placement | None]:
-        """The codec hands prioritize the PodRef it decoded for the same pod's filter (one
-        object for the same bytes, http/protocol.py): the cycle's second call takes the first's
-        estimate instead of making it again, so both judge the pod alike."""
         if pod is None:
             return Usage(), None
-        last = self._last_judged
-        if last is not None and last[0] is pod and last[1] is self.config:
-            estimate = last[2]  # prioritize after its own filter: one cycle, one estimate
-        else:
-            estimate = self.ledger.estimate(pod)
-            self._last_judged = (pod, self.config, estimate)
-        self._estimates[pod.uid] = estimate
+        estimate = self._estimates[pod.uid] = self.ledger.estimate(pod)
         return estimate.usage, self.ledger.inflight.get(pod.uid)
 
     def estimate_of(self, uid: str) -> Estimate | None:
