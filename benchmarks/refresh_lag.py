@@ -32,7 +32,7 @@ from loadext.core.snapshot import SignalValues
 from loadext.config import NodeIdentity
 from loadext.sources.prometheus import decode_vector
 from loadext.sources.kube import ObjectList
-from loadext.sources.objects import Node
+from loadext.shared.objects import Node
 
 tuned, rounds, nodes = {tuned}, {rounds}, {nodes}
 names = [node_name(i) for i in range(1, nodes + 1)]

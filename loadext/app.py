@@ -22,6 +22,9 @@ from typing import Any
 from aiohttp import web
 
 from loadext import __version__
+from loadext.actors import requeue
+from loadext.actors.lease import Lease, holder_identity
+from loadext.actors.rebalancer import Done, Rebalancer
 from loadext.config import Config, parse_config
 from loadext.config.serving import ConfigMapRef, Limits, ServeOptions
 from loadext.core.cluster import Cluster
@@ -30,11 +33,9 @@ from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs
 from loadext.http import lifecycle, tls
 from loadext.http.server import ServerState, create_app, create_ops_app, install_event_loop
-from loadext.sources import kube, requeue, watches
-from loadext.sources.lease import Lease, holder_identity
+from loadext.sources import kube, watches
 from loadext.sources.query_error import ERROR_KINDS
 from loadext.sources.readiness import Readiness
-from loadext.sources.rebalancer import Done, Rebalancer
 from loadext.sources.refresher import Refresher
 from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
 from loadext.telemetry import Telemetry

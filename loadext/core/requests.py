@@ -3,7 +3,7 @@ extender verbs, and the pods and nodes the watches see.
 
 http/protocol.py and sources/ turn wire bytes into these and nothing else in loadext reads
 JSON, so the core decides on plain values and never sees a wire format. A Pod is mapped once,
-to a PodRef (sources/objects.py Pod.ref), whether the scheduler or the pod watch sent it.
+to a PodRef (shared/objects.py Pod.ref), whether the scheduler or the pod watch sent it.
 """
 
 from __future__ import annotations

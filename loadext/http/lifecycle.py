@@ -27,7 +27,7 @@ from aiohttp import web
 
 from loadext.config.serving import Shutdown
 from loadext.http.limits import GuardedSite
-from loadext.sources.wakeup import woken_within
+from loadext.shared.wakeup import woken_within
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import orjson
 from loadext.core.policy import MAX_EXTENDER_PRIORITY
 from loadext.core.requests import BindingArgs, ExtenderArgs, PodRef, PreemptionArgs, Victims
 from loadext.core.results import FilterResult, PreemptResult, PrioritizeResult
-from loadext.sources.objects import Node, NonEmpty, Pod
+from loadext.shared.objects import Node, NonEmpty, Pod
 
 
 class ProtocolError(ValueError):

@@ -1,5 +1,5 @@
 """The Kubernetes API edge: creating Bindings, listing and watching Nodes, Pods and the config
-ConfigMap, with the `kubernetes` client for the calls and msgspec for the bodies (objects.py).
+ConfigMap, with the `kubernetes` client for the calls and msgspec for the bodies (shared/objects.py).
 
 The client is synchronous; callers run these in worker threads and hand results back to the
 event loop.
@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from loadext.core.requests import BindingArgs, BoundPod
+from loadext.shared.objects import ConfigMap, ListMeta, Node, Pod, PodStatus, Status, WatchEvent
 from loadext.sources.connection import connection_cause
-from loadext.sources.objects import ConfigMap, ListMeta, Node, Pod, PodStatus, Status, WatchEvent
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from loadext.config import PrometheusConfig
 from loadext.core.herd.learned import PodKey
 from loadext.core.ingest import Ingest
 from loadext.core.snapshot import SignalValues
+from loadext.shared.wakeup import woken_within
 from loadext.sources.prometheus import PrometheusSource, QueryResult
 from loadext.sources.query_error import QueryError
-from loadext.sources.wakeup import woken_within
 from loadext.telemetry.herd import HerdMetrics
 from loadext.telemetry.refresh import RefreshMetrics
 

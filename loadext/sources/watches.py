@@ -3,7 +3,7 @@ Pods (the herd guard's pods in flight), both as Ingest events (core/ingest.py), 
 ConfigMap (reloads).
 
 Each ListWatch runs in its own thread (the kubernetes client blocks) and decodes the objects
-with msgspec (sources/objects.py); every event is handed to the event loop (Handoff), because
+with msgspec (shared/objects.py); every event is handed to the event loop (Handoff), because
 the state it changes and the reloader are owned by the loop thread and not thread-safe.
 """
 
@@ -21,8 +21,8 @@ import msgspec
 from loadext.config.serving import ConfigMapRef
 from loadext.core.ingest import Ingest
 from loadext.core.requests import BoundPod
+from loadext.shared.objects import ConfigMap, Node, Pod
 from loadext.sources import kube
-from loadext.sources.objects import ConfigMap, Node, Pod
 from loadext.sources.reload import ConfigReloader
 
 log = logging.getLogger(__name__)

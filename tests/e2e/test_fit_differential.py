@@ -6,7 +6,7 @@ pod affinity and anti-affinity, DoNotSchedule topology spread with minDomains, i
 matchLabelKeys). Each probe asks the real default scheduler about one node of its world alone: a
 pinning extender, called after every filter plugin, keeps only that node, so the pod binds there if
 and only if the plugins accept it. loadext's verdict, from the same cluster read the rebalancer makes
-(sources/placement.py), must be the same for every probe: a disagreement is a bug in the fit.
+(actors/placement.py), must be the same for every probe: a disagreement is a bug in the fit.
 
 Worlds are isolated from each other by namespace (every term and selector is the pod's own
 namespace's), and share topology keys and values, so domains of other worlds' nodes count as the
@@ -30,8 +30,8 @@ from kubernetes import client
 
 from harness.cluster import Cluster
 from harness.kubernetes import ready_node_status, wait_until
+from loadext.actors import placement
 from loadext.core.rebalance.fit import Judge
-from loadext.sources import placement
 from loadext.sources.kube import list_all
 
 SEED = 20261207

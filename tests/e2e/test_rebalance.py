@@ -36,9 +36,9 @@ from harness.kubernetes import ROOT, Process, wait_until
 from harness.loadext import LOADEXT
 from harness.metrics_text import metric_if_present
 from harness.prometheus import free_port
+from loadext.actors.lease import Lease
 from loadext.commands.tables import format_explain
 from loadext.core.rebalance.followup import OUTCOMES
-from loadext.sources.lease import Lease
 from loadext.telemetry.rebalance import STATES
 
 POD_CORES = 1.6  # each pod's measured usage: 20 % of an 8-core node

@@ -12,8 +12,8 @@ from kubernetes import client
 
 from harness.cluster import Cluster
 from harness.kubernetes import wait_until
+from loadext.shared.objects import Pod
 from loadext.sources.kube import ListWatch
-from loadext.sources.objects import Pod
 
 
 def test_the_pod_list_comes_in_pages_and_the_watch_follows_it(cluster: Cluster, slug: str) -> None:

@@ -1,5 +1,5 @@
 """The rebalancer's fit (core/rebalance/fit/) and target choice (targets.py), on pods and nodes decoded
-from API JSON by the mapping the rebalancer uses (sources/placement.py). The real scheduler's verdicts
+from API JSON by the mapping the rebalancer uses (actors/placement.py). The real scheduler's verdicts
 on random combinations are in tests/e2e/test_fit_differential.py; these pin each rule by name."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from loadext.actors import placement
 from loadext.config.units import whole_quantity
 from loadext.core.herd.usage import Usage
 from loadext.core.rebalance.fit import Judge, World, unverifiable
@@ -16,7 +17,6 @@ from loadext.core.rebalance.fit.model import NodeFacts, PlacedPod, PodConstraint
 from loadext.core.rebalance.fit.resources import effective_requests
 from loadext.core.rebalance.selection import Candidate
 from loadext.core.rebalance.targets import targets
-from loadext.sources import placement
 
 ZONE = "topology.kubernetes.io/zone"
 

@@ -23,8 +23,8 @@ from loadext.core.herd.correction import Candidate, corrected
 from loadext.core.herd.inflight import NO_PLACEMENTS, InFlight, Placement, next_change, unseen_share
 from loadext.core.herd.usage import EstimateRule, Usage, container_estimate, pod_estimate
 from loadext.core.requests import ExtenderArgs, NodeInfo, PodRef
+from loadext.shared.objects import Pod
 from loadext.sources.kube import bound_pod
-from loadext.sources.objects import Pod
 
 GiB = 1024**3
 RULE = EstimateRule.of(HerdGuard())  # the schema's defaults

@@ -11,12 +11,12 @@ import pytest
 from kubernetes import client
 
 from harness.prometheus import free_port
+from loadext.actors import placement
+from loadext.actors.taints import NodeTaintKeeper
 from loadext.config.schema import Rebalance
 from loadext.core.rebalance.fit import World
 from loadext.core.rebalance.fit.model import NodeFacts, NodeSelectorTerm, PodConstraints, Requirement, Taint, Toleration
 from loadext.core.rebalance.taints import HOT_TAINT, REFUSED_TAINT, DaemonSet, held_back, wanted
-from loadext.sources import placement
-from loadext.sources.taints import NodeTaintKeeper
 from loadext.telemetry import Telemetry
 
 REFUSED = Taint("loadext.io/refused", "", "NoSchedule")

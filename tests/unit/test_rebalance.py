@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadext.actors import placement
+from loadext.actors.rebalancer import Rebalancer
 from loadext.config import ConfigError, parse_config
 from loadext.config.schema import Rebalance, Signal
 from loadext.core.cluster import Cluster
@@ -23,8 +25,6 @@ from loadext.core.rebalance.streaks import HotStreaks, SignalHeat
 from loadext.core.rebalance.targets import Target
 from loadext.core.requests import NodeInfo
 from loadext.core.snapshot import Sample, SignalValues, Snapshot
-from loadext.sources import placement
-from loadext.sources.rebalancer import Rebalancer
 from loadext.telemetry import Telemetry
 
 BASE = "prometheus: {url: http://p:9090}\n"

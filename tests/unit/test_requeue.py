@@ -19,13 +19,13 @@ from harness.config import stored_config
 from harness.inprocess import client_for, post, stored_app
 from harness.waiting import eventually
 from harness.wire import fixture_bytes
+from loadext.actors import requeue
 from loadext.app import App
 from loadext.core.herd.stranded import FORGET_AFTER, RENUDGE_AFTER, StrandedPods
 from loadext.core.herd.usage import Usage
 from loadext.core.requests import BoundPod, PodRef
 from loadext.core.snapshot import SignalValues
 from loadext.http.protocol import Codec
-from loadext.sources import requeue
 
 
 def hot(guarded: bool, burst_cap: int) -> str:

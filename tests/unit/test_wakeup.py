@@ -1,4 +1,4 @@
-"""sources/wakeup.py: the background loops sleep until poked or timed out, and a cancellation
+"""shared/wakeup.py: the background loops sleep until poked or timed out, and a cancellation
 that lands in the same loop step as a poke still stops them (asyncio.wait_for on Python 3.11
 returned the poke instead, and a shutdown waited forever on the refresher)."""
 
@@ -9,8 +9,8 @@ import asyncio
 from harness.inprocess import STORED_CONFIG
 from loadext.config import parse_config
 from loadext.core.cluster import Cluster
+from loadext.shared.wakeup import woken_within
 from loadext.sources.refresher import Refresher
-from loadext.sources.wakeup import woken_within
 from loadext.telemetry import Telemetry
 
 

@@ -18,8 +18,8 @@ from kubernetes.client.exceptions import ApiException
 
 from loadext.core.requests import BoundPod
 from loadext.http.protocol import Codec
+from loadext.shared.objects import Node, Pod
 from loadext.sources.kube import API_TIMEOUT, ListWatch, bound_pod, whole_lists
-from loadext.sources.objects import Node, Pod
 from loadext.sources.watches import Handoff, Unchanged
 
 

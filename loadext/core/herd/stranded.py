@@ -6,7 +6,7 @@ event moves it back to the queue (kubernetes#122019, schedule_one.go findNodesTh
 without an event it waits for the pool's flush, up to 5 minutes. Load falling, the herd
 window passing or a config edit are not cluster events. So loadext remembers, per stranded
 pod, the nodes it refused and the pod's own estimate; when one of those nodes would pass it
-now, sources/requeue.py makes a Node event (an annotation) the scheduler reacts to.
+now, actors/requeue.py makes a Node event (an annotation) the scheduler reacts to.
 
 One event requeues every parked pod that loadext refused, so a nudge serves all stranded pods
 at once, and one per pod is never needed.

@@ -8,6 +8,6 @@
 - targets.py: the first node that passes loadext's filter with the pod added and the fit;
 - plan.py: the moves of one cycle, within the rate limits, each with its target.
 
-Pure, like the rest of core: sources/placement.py reads the cluster, sources/rebalancer.py
+Pure, like the rest of core: actors/placement.py reads the cluster, actors/rebalancer.py
 evicts.
 """

@@ -1,4 +1,4 @@
-"""What the rebalancer (sources/rebalancer.py) reads of loadext's state, and tells it, and nothing
+"""What the rebalancer (actors/rebalancer.py) reads of loadext's state, and tells it, and nothing
 more: the nodes' heat as of the last refresh, which nodes would take a pod, and what an evicted
 pod used (its replacement's estimate). The Cluster implements it."""
 

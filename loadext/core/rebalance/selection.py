@@ -37,7 +37,7 @@ _ROUNDING = 1e-9  # shares are sums of floats: 0.29 + 0.35 + 0.35 must cover 0.9
 
 @dataclass(frozen=True)
 class PodFacts:
-    """What the rebalancer knows of a pod on a hot node (sources/rebalancer.py maps it)."""
+    """What the rebalancer knows of a pod on a hot node (actors/rebalancer.py maps it)."""
 
     namespace: str
     name: str

@@ -1,6 +1,6 @@
 """What kube-scheduler's default filters read of pods and nodes, as plain values.
 
-sources/placement.py maps API objects into these; fit/ judges on them and nothing else. Resource
+actors/placement.py maps API objects into these; fit/ judges on them and nothing else. Resource
 amounts are integers in the scheduler's own units (CPU in millicores, everything else in whole
 units, each quantity rounded up), so that sums compare exactly as the scheduler's int64s do.
 """

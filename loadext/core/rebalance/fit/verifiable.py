@@ -1,7 +1,7 @@
 """What the fit cannot judge, named, so that a pod with it stays where it is: loadext never guesses
 whether the scheduler would take a pod it cannot evaluate.
 
-The mapping (sources/placement.py) lists what it met that the model has no field for (volumes
+The mapping (actors/placement.py) lists what it met that the model has no field for (volumes
 bound to a zone or node, resource claims, scheduling gates, values of an enum it does not
 know); here, besides those, the operators the matchers do not know.
 """

@@ -5,7 +5,7 @@ One cycle:
 1. Off, standby (another replica holds the Lease) or paused (no fresh metrics: never act on
    stale data) ends it there; loadext's taints are kept in step either way while active
    (taints.py).
-2. The cluster as the scheduler sees it (sources/placement.py: every Node, non-terminal Pod and
+2. The cluster as the scheduler sees it (actors/placement.py: every Node, non-terminal Pod and
    Namespace) and the pods' measured usage (the herd guard's per-pod queries,
    `herdGuard.podUsage`, run now); read while a node is hot, a move is being followed, or a
    node carries the refused taint.
@@ -28,6 +28,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from loadext.actors import evictions, placement
+from loadext.actors.evictions import ApiUnavailable
+from loadext.actors.lease import Lease
+from loadext.actors.taints import NodeTaintKeeper
 from loadext.config import Config
 from loadext.core.herd.learned import PodKey
 from loadext.core.rebalance.candidates import Holds, hot_node
@@ -37,14 +41,10 @@ from loadext.core.rebalance.port import RebalanceState
 from loadext.core.rebalance.streaks import SignalHeat
 from loadext.core.rebalance.taints import wanted
 from loadext.core.rebalance.targets import targets
-from loadext.sources import evictions, placement
-from loadext.sources.evictions import ApiUnavailable
+from loadext.shared.wakeup import woken_within
 from loadext.sources.kube import record_event
-from loadext.sources.lease import Lease
 from loadext.sources.pod_usage import PodUsageReader
 from loadext.sources.query_error import QueryError
-from loadext.sources.taints import NodeTaintKeeper
-from loadext.sources.wakeup import woken_within
 from loadext.telemetry.rebalance import RebalanceMetrics
 
 log = logging.getLogger(__name__)

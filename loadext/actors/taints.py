@@ -14,11 +14,11 @@ from typing import Any
 import msgspec
 from kubernetes import client
 
+from loadext.actors.evictions import ApiUnavailable
+from loadext.actors.placement import Cluster, Meta, ScheduledPod, Spec, constraints
 from loadext.core.rebalance.taints import REFUSED_TAINT, TAINT_KEYS, DaemonSet, NodeTaints, held_back
-from loadext.sources.evictions import ApiUnavailable
+from loadext.shared.objects import Decoded
 from loadext.sources.kube import API_ERRORS, API_TIMEOUT, list_all, why_failed
-from loadext.sources.objects import Decoded
-from loadext.sources.placement import Cluster, Meta, ScheduledPod, Spec, constraints
 from loadext.telemetry.rebalance import RebalanceMetrics
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from loadext.actors.evictions import ApiUnavailable
 from loadext.config.units import whole_quantity
 from loadext.core.herd.learned import owner_of
 from loadext.core.herd.usage import Usage
@@ -26,9 +27,8 @@ from loadext.core.rebalance.fit.resources import effective_requests
 from loadext.core.rebalance.fit.verifiable import NEUTRAL_VOLUMES
 from loadext.core.rebalance.followup import Replica
 from loadext.core.rebalance.selection import PodFacts
-from loadext.sources.evictions import ApiUnavailable
+from loadext.shared.objects import Decoded, OwnerReference, PodStatus, Resources
 from loadext.sources.kube import API_ERRORS, list_all, rfc3339_seconds, why_failed
-from loadext.sources.objects import Decoded, OwnerReference, PodStatus, Resources
 
 SIDECAR = "Always"  # an init container's restartPolicy that makes it a sidecar
 NOT_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"  # the scheduler's own pod informer selector
