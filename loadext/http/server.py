@@ -242,13 +242,13 @@ def _edged(state: ServerState, handler: Handler) -> Handler:
 async def _no_route(request: web.Request) -> web.Response:
     """The last route, matching any method and path the others did not: a JSON error naming
     what exists (aiohttp's own 404 and 405 pages are plain text)."""
-    routes = [r for r in request.app.router.routes() if r.resource is not None and r.method not in ("*", "HEAD")]
-    allowed = sorted({r.method for r in routes if r.resource is not None and r.resource.canonical == request.path})
+    routes = [(r.method, r.resource.canonical) for r in request.app.router.routes() if r.resource and r.method != "*"]
+    allowed = {method for method, path in routes if path == request.path}
     if allowed:
-        status, headers = 405, {"Allow": ", ".join(sorted({*allowed, *(["HEAD"] if "GET" in allowed else [])}))}
-        message = f"{request.method} {request.path}: method not allowed, use {', '.join(allowed)}"
+        status, headers = 405, {"Allow": ", ".join(sorted(allowed))}
+        message = f"{request.method} {request.path}: method not allowed, use {', '.join(sorted(allowed - {'HEAD'}))}"
     else:
-        endpoints = ", ".join(sorted({f"{r.method} {r.resource.canonical}" for r in routes if r.resource is not None}))
+        endpoints = ", ".join(sorted({f"{method} {path}" for method, path in routes if method != "HEAD"}))
         status, headers = 404, {}
         message = f"{request.method} {request.path}: no such endpoint (endpoints: {endpoints})"
     log.warning("%d %s", status, message)
@@ -256,7 +256,11 @@ async def _no_route(request: web.Request) -> web.Response:
 
 
 def _route(app: web.Application, state: ServerState, method: str, path: str, handler: Handler) -> None:
-    app.router.add_route(method, path, _edged(state, handler))
+    edged = _edged(state, handler)
+    if method == "GET":
+        app.router.add_get(path, edged)  # and HEAD, as aiohttp's add_get gives every GET route
+    else:
+        app.router.add_route(method, path, edged)
 
 
 def _finish_routes(app: web.Application, state: ServerState) -> None:

@@ -230,6 +230,9 @@ async def test_every_http_error_is_json_and_logged_with_its_reason(
     wrong_method = await client.get("/filter")
     assert wrong_method.status == 405
     assert json.loads(await wrong_method.read()) == {"error": "GET /filter: method not allowed, use POST"}
+    assert (await client.head("/healthz")).status == 200  # every GET route answers HEAD too
+    wrong_probe = await client.post("/healthz")
+    assert wrong_probe.status == 405 and wrong_probe.headers["Allow"] == "GET, HEAD"
     unknown = await client.post("/filtre", data=b"{}")
     assert unknown.status == 404
     assert "no such endpoint" in (body := json.loads(await unknown.read()))["error"] and "POST /filter" in body["error"]
