@@ -29,7 +29,7 @@ MiB = 1024 * 1024
 class ConfigMapRef:
     namespace: str
     name: str
-    key: str = "config.yaml"
+    key: str  # --configmap-key's default is ConfigSource's
 
 
 @dataclass(frozen=True)
