@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 from run import bench_config, node_load, node_name, pinned, wrk  # noqa: E402  (the suite's load, config, wrk)
 
 from harness.inprocess import stored_app  # noqa: E402
-from loadext.core.herd.usage import Usage  # noqa: E402
+from loadext.core.requests import BoundPod, NodeInfo, PodRef  # noqa: E402
 from loadext.http import protocol  # noqa: E402
 
 # The verb's own steps, by function name: what cProfile attributes the verb's time to.
@@ -112,10 +112,12 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     extender, cluster, telemetry, codec = app.extender, app.cluster, app.telemetry, app.server.codec
     if args.herd_guard:  # as with --watch-nodes: every node's allocatable, and a burst in flight
         for name in names:
-            cluster.directory.set_allocatable(name, {"cpu": 16.0, "memory": 64.0 * 2**30})
+            cluster.node_seen(NodeInfo(name, (), {}, {"cpu": "16", "memory": "64Gi"}))
         now = time.time()
+        burst = (({"cpu": "1700m", "memory": "1Gi"}, {}),)  # each counted at 1.7 cores, 1 GiB
         for i in range(args.in_flight):
-            cluster.ledger.place(f"burst-{i}", names[(i * 7) % args.nodes], now, Usage(1.7, 2**30))
+            pod = PodRef("default", f"burst-{i}", f"burst-{i}", ("ReplicaSet",), burst)
+            cluster.pod_bound(BoundPod(pod, names[(i * 7) % args.nodes], now))
     per_node = cluster.config.per_node_metrics
     details = cluster.config.herd_guard.enabled
     request = codec.decode_extender_args(body, node_details=details)

@@ -32,6 +32,7 @@ def child(args: argparse.Namespace) -> None:
     from run import bench_config, node_load, node_name, rss_mb
 
     from harness.inprocess import publish, stored_app
+    from loadext.core.requests import NodeInfo
     from loadext.core.snapshot import Snapshot
 
     names = [node_name(i) for i in range(1, args.nodes + 1)]
@@ -40,7 +41,7 @@ def child(args: argparse.Namespace) -> None:
     app = stored_app(bench_config("http://127.0.0.1:1", herdGuard={"enabled": args.herd_guard}), cpu, memory)
     extender, cluster, codec = app.extender, app.cluster, app.server.codec
     for name in names:
-        cluster.directory.set_allocatable(name, {"cpu": 16.0, "memory": 64.0 * 2**30})
+        cluster.node_seen(NodeInfo(name, (), {}, {"cpu": "16", "memory": "64Gi"}))
     rows = []
     for i in range(args.pods):
         publish(app, {n: v + (i % 7) / 1000 for n, v in cpu.items()}, memory)

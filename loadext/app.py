@@ -65,14 +65,14 @@ class App:
         self.telemetry = Telemetry()
         self.telemetry.reload.accepted()
         self.cluster = Cluster(config, clock=clock)  # the Ingest port every source feeds
-        self.extender = Extender(self.cluster)
+        self.extender = Extender(self.cluster.verbs)
         self.refresher = Refresher(
             self.cluster, self.telemetry.refresh, self.telemetry.herd, after_round=self._render_node_metrics
         )
         self.reloader = ConfigReloader(text, self.apply, self.telemetry.reload)
         self.readiness = Readiness(lambda: self.cluster.ready)
         self.server = ServerState(
-            self.cluster,
+            self.cluster.explained,
             self.extender,
             self.telemetry,
             self.bind,
@@ -88,7 +88,7 @@ class App:
         self.requeue_stranded = requeue_stranded
         self._rendered: tuple[object, ...] = ()  # what the per-node metrics were last rendered from
         cluster = self.cluster
-        self.telemetry.refresh.watch_degraded(lambda: cluster.table().degraded)
+        self.telemetry.refresh.watch_degraded(lambda: cluster.explained.table().degraded)
         self.telemetry.herd.watch_stranded(cluster.stranded_count)
         self._config_applied()
 
@@ -108,9 +108,10 @@ class App:
     async def _render_node_metrics(self) -> None:
         """The per-node families as of the round just published: which nodes is read on the
         loop (its state), their states are built and formatted in a worker thread."""
-        version = self.cluster.report_version()
-        if self.cluster.config.per_node_metrics and version != self._rendered:
-            states = node_states_builder(self.cluster)
+        explained = self.cluster.explained
+        version = explained.report_version()
+        if explained.config.per_node_metrics and version != self._rendered:
+            states = node_states_builder(explained)
             await asyncio.to_thread(lambda: self.telemetry.nodes.render(states()))
             self._rendered = version
 
@@ -166,7 +167,7 @@ class App:
             tasks.append(asyncio.create_task(retry, name="requeue-stranded"))
         if api is not None:  # idle while rebalance.enabled is false: a reload can turn it on
             lease = Lease(api, lease_namespace(self.configmap), holder_identity())
-            rebalancer = self.rebalancer = Rebalancer(self.cluster, api, self.telemetry.rebalance, lease)
+            rebalancer = self.rebalancer = Rebalancer(self.cluster.rebalance, api, self.telemetry.rebalance, lease)
             self.server.rebalance_report = rebalancer.report
             tasks.append(asyncio.create_task(rebalancer.run(), name="rebalancer"))
         yield
@@ -281,7 +282,7 @@ def rebalance_once(config: Config, kubeconfig: str | None, dry_run: bool) -> tup
     cluster.nodes_listed([node.info() for node in kube.list_nodes(api)])
     telemetry = Telemetry()
     refresher = Refresher(cluster, telemetry.refresh, telemetry.herd)
-    rebalancer = Rebalancer(cluster, api, telemetry.rebalance)
+    rebalancer = Rebalancer(cluster.rebalance, api, telemetry.rebalance)
     try:
         asyncio.run(refresher.refresh_once())
         done = asyncio.run(rebalancer.cycle(dry_run=dry_run))
@@ -304,4 +305,4 @@ def explain_once(config: Config, kubeconfig: str | None, nodes: list[str]) -> di
         asyncio.run(refresher.refresh_once())
     finally:
         refresher.close()
-    return explain(cluster)
+    return explain(cluster.explained)

@@ -4,29 +4,59 @@ printed as tables by the CLI."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
-from loadext.core.cluster import Cluster
+from loadext.config import Config
 from loadext.core.decisions import DecisionLog
+from loadext.core.herd.ledger import HerdReport
 from loadext.core.herd.usage import Usage
-from loadext.core.policy import NodeState, fullness
+from loadext.core.ingest import EndpointState
+from loadext.core.policy import DecisionTable, NodeState, fullness
+from loadext.core.roster import Rows
+from loadext.core.snapshot import Snapshot
 
 
-def node_states(cluster: Cluster) -> list[NodeState]:
+class ExplainState(Protocol):
+    """What explain and the per-node metrics read of loadext's state, and nothing more. The
+    Cluster's `explained` reader implements it (cluster.py)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    def clock(self) -> float: ...
+
+    def table(self) -> DecisionTable: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def reported_nodes(self) -> Callable[[], Rows]:
+        """(node, identity) of every node reported on: read now, built by the returned function."""
+
+    def node_labels(self) -> Mapping[str, Mapping[str, str]]: ...
+
+    def herd_report(self) -> HerdReport: ...
+
+    def endpoints(self) -> list[EndpointState]: ...
+
+    def signal_report(self, signal: str) -> dict[str, object]:
+        """The signal's health and how its series map to nodes, as explain's fields."""
+
+
+def node_states(state: ExplainState) -> list[NodeState]:
     """Every node loadext knows (and, with name identities, every node a series names), as
     explain and the per-node metrics show it."""
-    return node_states_builder(cluster)()
+    return node_states_builder(state)()
 
 
-def node_states_builder(cluster: Cluster) -> Callable[[], list[NodeState]]:
+def node_states_builder(state: ExplainState) -> Callable[[], list[NodeState]]:
     """node_states in two steps: which nodes and identities, read now from the Cluster's
     mutable parts (cheap), then the states, from the round's immutable table and snapshot and
     safe to build in a worker thread while the loop goes on (the per-node metrics at 15 000
     nodes)."""
-    table, snapshot = cluster.table(), cluster.cache.snapshot
-    rows = cluster.reported_nodes()
-    labelled, config = cluster.directory.labelled(), cluster.config
+    table, snapshot = state.table(), state.snapshot()
+    rows = state.reported_nodes()
+    labelled, config = state.node_labels(), state.config
 
     def build() -> list[NodeState]:
         states = []
@@ -41,31 +71,30 @@ def node_states_builder(cluster: Cluster) -> Callable[[], list[NodeState]]:
     return build
 
 
-def explain(cluster: Cluster) -> dict[str, Any]:
+def explain(state: ExplainState) -> dict[str, Any]:
     """Node by node, the values, their age, how full against its thresholds, the pods in
     flight and the verdict: the "why not this node" view; and per signal, its health and how
     its series map to nodes."""
-    table, config = cluster.table(), cluster.config
-    now = cluster.clock()
-    snapshot = cluster.cache.snapshot
-    ledger = cluster.ledger
-    in_flight = ledger.inflight.per_node(now)
+    table, config = state.table(), state.config
+    now = state.clock()
+    snapshot = state.snapshot()
+    herd = state.herd_report()
     pools = {pool.name: pool for pool in config.pools}
     rows = [
         {
-            "node": state.node,
-            "identity": state.identity,
+            "node": node.node,
+            "identity": node.identity,
             "signals": {
-                s: {"value": round(v.value, 4), "age": round(now - v.timestamp, 1)} for s, v in state.samples.items()
+                s: {"value": round(v.value, 4), "age": round(now - v.timestamp, 1)} for s, v in node.samples.items()
             },
-            "pool": state.pool,
-            "fullness": _rounded(fullness(state.samples, (pools[state.pool] if state.pool else config).signals)),
-            "inFlight": _in_flight_row(in_flight.get(state.node)),
-            "verdict": "pass" if state.verdict.passed else "reject",
-            "score": state.verdict.score,
-            "reason": state.verdict.reason,
+            "pool": node.pool,
+            "fullness": _rounded(fullness(node.samples, config.signals_for(pools[node.pool] if node.pool else None))),
+            "inFlight": _in_flight_row(herd.in_flight.get(node.node)),
+            "verdict": "pass" if node.verdict.passed else "reject",
+            "score": node.verdict.score,
+            "reason": node.verdict.reason,
         }
-        for state in node_states(cluster)
+        for node in node_states(state)
     ]
     return {
         "time": now,
@@ -78,16 +107,16 @@ def explain(cluster: Cluster) -> dict[str, Any]:
         "prometheus": {
             "endpoints": [
                 {"url": e.url, "up": e.up, "lastError": e.error or None, "age": round(now - e.time, 1)}
-                for e in cluster.endpoints
+                for e in state.endpoints()
             ]
         },
         "herdGuard": {
             "enabled": config.herd_guard.enabled,
             "window": config.herd_guard.window,
-            "podsInFlight": len(ledger.inflight),
+            "podsInFlight": herd.pods_in_flight,
             "soft": config.herd_guard.soft,
-            "ownersLearned": len(ledger.learned),  # owners with measured pods, for learned estimates
-            "podsMeasured": ledger.learned.measured_counts(),
+            "ownersLearned": herd.owners_learned,  # owners with measured pods, for learned estimates
+            "podsMeasured": herd.pods_measured,
         },
         "signals": [
             {
@@ -95,10 +124,8 @@ def explain(cluster: Cluster) -> dict[str, Any]:
                 "threshold": s.threshold,
                 "weight": s.weight,
                 "lastSuccessAge": _age(now, snapshot.last_success.get(s.name)),
-                **cluster.signal_health.report(s.name, now),
+                **state.signal_report(s.name),
                 "series": snapshot.series_counts.get(s.name, 0),
-                "unmappedNodes": list(cluster.mapping.get(s.name).unmapped_nodes),
-                "unmatchedSeries": list(cluster.mapping.get(s.name).unmatched_series),
             }
             for s in config.signals
         ],
@@ -106,7 +133,7 @@ def explain(cluster: Cluster) -> dict[str, Any]:
     }
 
 
-def explain_pod(decisions: DecisionLog, cluster: Cluster, pod: str) -> dict[str, Any] | None:
+def explain_pod(decisions: DecisionLog, state: ExplainState, pod: str) -> dict[str, Any] | None:
     """The last filter and prioritize decisions for NAMESPACE/NAME, node by node: the values
     and their age at decision time, the thresholds that applied (and the pool they came
     from), the verdict, the score and the reason; with the herd guard on, also the pod's own
@@ -114,7 +141,7 @@ def explain_pod(decisions: DecisionLog, cluster: Cluster, pod: str) -> dict[str,
     made = decisions.get(pod)
     if made is None:
         return None
-    labelled = cluster.directory.labelled()
+    labelled = state.node_labels()
     out: dict[str, Any] = {"pod": pod}
     for verb, decision in made.items():
         rows: list[dict[str, Any]] = []

@@ -1,7 +1,7 @@
 """The extender verbs: filter, prioritize and preempt over the cluster's state, typed results out.
 
-Each verb is the same three steps: the candidates' identities and the table in force
-(cluster.py), the herd guard's correction where it applies (herd/guard.py; None leaves the
+Each verb is the same three steps: the candidates' identities and the table in force (read
+through `VerbState`), the herd guard's correction where it applies (herd/guard.py; None leaves the
 table's verdicts standing), and the answer. No wire format, no metrics: http/ decodes the
 requests and encodes these results, telemetry/verbs.py counts them.
 """
@@ -15,15 +15,18 @@ from collections.abc import Iterable, Mapping
 from functools import partial
 from itertools import compress
 from operator import attrgetter, not_
+from typing import Protocol
 
-from loadext.core.cluster import Cluster
+from loadext.config import Config
 from loadext.core.decisions import Decision, DecisionLog
-from loadext.core.herd.guard import InFlightSums
+from loadext.core.herd.guard import Guard, InFlightSums, View
 from loadext.core.herd.inflight import NO_PLACEMENTS
 from loadext.core.herd.usage import Usage
+from loadext.core.identity import Addresses
 from loadext.core.policy import DecisionTable, Verdict, heat, soft_choice
 from loadext.core.requests import ExtenderArgs, PreemptionArgs
 from loadext.core.results import FilterResult, PreemptResult, PrioritizeResult, Rejections
+from loadext.core.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 _REASON, _SCORE = attrgetter("reason"), attrgetter("score")
@@ -31,28 +34,69 @@ _REASON, _SCORE = attrgetter("reason"), attrgetter("score")
 Judged = tuple[DecisionTable, list[str], list[Verdict] | None]  # table, identities, corrected verdicts
 
 
+class VerbState(Protocol):
+    """What the verbs read of loadext's state, and tell it, and nothing more. The Cluster's
+    `verbs` reader implements it (cluster.py)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    def clock(self) -> float: ...
+
+    @property
+    def needs_node_details(self) -> bool:
+        """Whether a request's Node objects must be read beyond their names."""
+
+    def note_request(self, args: ExtenderArgs) -> None:
+        """What a request tells about nodes: their names, and in non-cache mode their details."""
+
+    def nodes_named(self, names: list[str]) -> None: ...
+
+    def table(self) -> DecisionTable: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def guard(self) -> Guard:
+        """The herd guard in force (herd/guard.py NO_GUARD while it is off)."""
+
+    def identities_of(self, names: list[str], addresses: Addresses, table: DecisionTable) -> list[str]: ...
+
+    def view(self, table: DecisionTable) -> View: ...
+
+    def strand(self, uid: str, names: list[str], incoming: Usage) -> None:
+        """The pod's filter passed none of `names`: it waits for one to reopen (herd/stranded.py)."""
+
+    def unstrand(self, uid: str) -> None: ...
+
+
 class Extender:
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
+    def __init__(self, state: VerbState) -> None:
+        self._state = state
         self.decisions = DecisionLog()
         self._rng = random.Random()
         self._soft_logged: dict[str, float] = {}
 
+    @property
+    def needs_node_details(self) -> bool:
+        """Whether http/ must decode a request's Node objects beyond their names."""
+        return self._state.needs_node_details
+
     def _judge(self, args: ExtenderArgs) -> Judged:
         """The table and the candidates' identities, and the herd guard's verdicts where it
         corrects the table's (None: the table alone decides, read in one C-level pass)."""
-        cluster = self.cluster
-        cluster.note_request(args)
-        table = cluster.table()
-        identities = cluster.identities_of(args.names, args.addresses, table)
-        incoming, own = cluster.guard.incoming(args.pod)
-        view_of = partial(cluster.view, table)
-        return table, identities, cluster.guard.corrected(view_of, args.names, identities, incoming, own)
+        state = self._state
+        state.note_request(args)
+        table = state.table()
+        identities = state.identities_of(args.names, args.addresses, table)
+        guard = state.guard()
+        incoming, own = guard.incoming(args.pod)
+        view_of = partial(state.view, table)
+        return table, identities, guard.corrected(view_of, args.names, identities, incoming, own)
 
     def verdicts(self, args: ExtenderArgs) -> list[Verdict]:
         """One verdict per candidate, as filter and prioritize judge them."""
         table, identities, verdicts = self._judge(args)
-        return self.cluster.measured(identities, table) if verdicts is None else verdicts
+        return table.verdicts(identities) if verdicts is None else verdicts
 
     def filter(self, args: ExtenderArgs) -> FilterResult:
         table, identities, verdicts = self._judge(args)
@@ -78,7 +122,7 @@ class Extender:
                 reasons = ["" if flag else reason for flag, reason in zip(flags, reasons, strict=True)]
             rejected = dict(zip(compress(args.names, reasons), filter(None, reasons), strict=True))  # "": passed
         rejections = _rejections(table, Tally(rejected.values()), verdicts or ()) if rejected else ()
-        unresolvable = self.cluster.config.rejected_nodes == "unresolvable"
+        unresolvable = self._state.config.rejected_nodes == "unresolvable"
         self._track_stranding(args, bool(passed))
         return FilterResult(args.names, passed, flags, rejected, unresolvable, rejections, soft)
 
@@ -88,12 +132,12 @@ class Extender:
         scores = list(map(table.score_of.__getitem__, identities) if verdicts is None else map(_SCORE, verdicts))
         best = None
         if scores:
-            in_flight = self.cluster.guard.in_flight(self.cluster.clock())
+            in_flight = self._state.guard().in_flight(self._state.clock())
             best = likely_node(args.names, scores, self._rng.randrange(len(scores)), in_flight)
         if best is not None and args.pod is not None and args.pod.uid:
             # The likely placement: in a burst kube-scheduler places the next pod before the
             # pod watch could show this one; the watch's binding replaces the guess.
-            self.cluster.guard.count_now(args.pod.uid, args.names[best])
+            self._state.guard().count_now(args.pod.uid, args.names[best])
         return PrioritizeResult(args.names, scores, best)
 
     def preempt(self, args: PreemptionArgs) -> PreemptResult:
@@ -101,38 +145,38 @@ class Extender:
         judged as it would be after the preemption (herd/guard.py ActiveGuard.preemption)."""
         if args.pod is not None and args.pod.is_daemonset:
             return PreemptResult(len(args.victims), args.victims, ())
-        cluster, names = self.cluster, list(args.victims)
-        cluster.nodes_named(names)
-        table = cluster.table()
-        identities = cluster.identities_of(names, {}, table)
-        view_of, guard = partial(cluster.view, table), cluster.guard
+        state, names = self._state, list(args.victims)
+        state.nodes_named(names)
+        table = state.table()
+        identities = state.identities_of(names, {}, table)
+        view_of, guard = partial(state.view, table), state.guard()
         if args.pod is not None:
             verdicts = guard.preemption(view_of, names, identities, args.pod, args.victims)
         else:
             verdicts = guard.corrected(view_of, names, identities, Usage(), None)
         if verdicts is None:
-            verdicts = cluster.measured(identities, table)
+            verdicts = table.verdicts(identities)
         kept = {name: args.victims[name] for name, verdict in zip(names, verdicts, strict=True) if verdict.passed}
         rejections = _rejections(table, Tally(v.reason for v in verdicts if not v.passed), verdicts)
         return PreemptResult(len(args.victims), kept, rejections)
 
     def _soft_pass(self, args: ExtenderArgs, identities: list[str], table: DecisionTable) -> tuple[list[int], str]:
         """Every candidate refused: soft mode may pass the least loaded instead (policy.soft_choice)."""
-        cluster = self.cluster
-        config, guard = cluster.config, cluster.guard
-        measured = cluster.measured(identities, table)
+        state = self._state
+        config, guard = state.config, state.guard()
+        measured = table.verdicts(identities)
         threshold_soft = config.filter_mode == "soft"
         heats: list[float | None] = []
         if threshold_soft:
-            by_identity = cluster.cache.snapshot.by_identity
+            by_identity = state.snapshot().by_identity
             for identity, verdict in zip(identities, measured, strict=True):
                 samples = by_identity.get(identity)
                 heats.append(heat(samples, config, table.pools.get(identity), verdict) if samples else None)
-        view_of = partial(cluster.view, table)
+        view_of = partial(state.view, table)
         herd_heats = guard.heats(view_of, args.names, identities, measured, args.pod) if guard.soft else []
         chosen, why = soft_choice(measured, heats, herd_heats, guard.soft, threshold_soft)
         if chosen:
-            now = cluster.clock()
+            now = state.clock()
             if now - self._soft_logged.get(why, 0.0) >= 10:
                 self._soft_logged[why] = now
                 log.info(
@@ -148,14 +192,14 @@ class Extender:
     def _track_stranding(self, args: ExtenderArgs, passed_any: bool) -> None:
         """A filter that passes no node leaves the pod unschedulable (the extenders filter
         last): remember it, so that it is retried once a node would take it (Cluster.reopened_node)."""
-        pod, stranded = args.pod, self.cluster.stranded
+        pod, state = args.pod, self._state
         if pod is None or not pod.uid:
             return
         if passed_any or not args.names:
-            stranded.release(pod.uid)
+            state.unstrand(pod.uid)
         else:
-            estimate = self.cluster.guard.estimate_of(pod.uid)
-            stranded.strand(pod.uid, args.names, estimate.usage if estimate else Usage(), self.cluster.clock())
+            estimate = state.guard().estimate_of(pod.uid)
+            state.strand(pod.uid, args.names, estimate.usage if estimate else Usage())
 
     def _remember(
         self, verb: str, args: ExtenderArgs, identities: list[str], verdicts: list[Verdict] | Mapping[str, Verdict]
@@ -163,16 +207,16 @@ class Extender:
         """The decision, for explain --pod: references to what it was made from, no copies."""
         if args.pod is None or not args.pod.name:
             return
-        cluster = self.cluster
-        now, guard = cluster.clock(), cluster.guard
+        state = self._state
+        now, guard = state.clock(), state.guard()
         decision = Decision(
             verb,
             now,
             args.names,
             None if identities is args.names else identities,
             verdicts,
-            cluster.cache.snapshot,
-            cluster.config,
+            state.snapshot(),
+            state.config,
             guard.estimate_of(args.pod.uid),
             guard.in_flight(now),  # immutable sums, kept as they are now
         )

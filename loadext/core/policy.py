@@ -92,6 +92,10 @@ class DecisionTable:
     def verdict(self, identity: str | None) -> Verdict:
         return self.by_identity.no_data if identity is None else self.by_identity[identity]
 
+    def verdicts(self, identities: list[str]) -> list[Verdict]:
+        """The verdicts on measured load alone, in the order of `identities`."""
+        return list(map(self.by_identity.__getitem__, identities))
+
 
 def _refusal(verdict: Verdict) -> str:
     """The reason a node is refused for, or "" when it passes (a refusal always says why)."""

@@ -24,8 +24,7 @@ from aiohttp.typedefs import Handler
 
 from loadext import logs
 from loadext.config.serving import Limits
-from loadext.core.cluster import Cluster
-from loadext.core.explain import explain, explain_pod
+from loadext.core.explain import ExplainState, explain, explain_pod
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs, PodRef
 from loadext.http.limits import LARGE_BODY, Admission, BodyBudget, handling
@@ -63,7 +62,7 @@ class Answer:
 class ServerState:
     """What the HTTP layer serves from; app.py builds it and runs the background jobs."""
 
-    cluster: Cluster  # what explain reads
+    explained: ExplainState  # what explain reads
     extender: Extender  # the verbs
     telemetry: Telemetry
     bind: Binder
@@ -303,12 +302,12 @@ def create_ops_app(state: ServerState) -> web.Application:
 
 
 def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
-    cluster, extender, metrics, codec = state.cluster, state.extender, state.telemetry.verbs, state.codec
+    explained, extender, metrics, codec = state.explained, state.extender, state.telemetry.verbs, state.codec
     app = web.Application(client_max_size=state.limits.max_body_size)
     prefix = normalise_prefix(path_prefix)
 
     def extender_request(body: bytes) -> ExtenderRequest:
-        return codec.decode_extender_args(body, node_details=cluster.needs_node_details)
+        return codec.decode_extender_args(body, node_details=extender.needs_node_details)
 
     async def do_filter(body: bytes) -> Answer:
         request = extender_request(body)
@@ -319,7 +318,7 @@ def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
     async def do_prioritize(body: bytes) -> Answer:
         args = extender_request(body).args
         result = extender.prioritize(args)
-        metrics.count_prioritize(result, cluster.config.per_node_metrics)
+        metrics.count_prioritize(result, explained.config.per_node_metrics)
         return Answer(codec.encode_host_priority_list(result), _with_pod(result.summary, args.pod))
 
     async def do_preempt(body: bytes) -> Answer:
@@ -345,12 +344,12 @@ def create_app(state: ServerState, path_prefix: str = "/") -> web.Application:
     async def explain_view(request: web.Request) -> web.Response:
         pod = request.query.get("pod")
         if pod is not None:
-            decision = explain_pod(extender.decisions, cluster, pod)
+            decision = explain_pod(extender.decisions, explained, pod)
             if decision is None:
                 message = f"no recent decision for pod {pod!r} (NAMESPACE/NAME; the last 256 pods are kept)"
                 return web.Response(status=404, body=orjson.dumps({"error": message}), content_type=JSON)
             return web.Response(body=orjson.dumps(decision, option=orjson.OPT_INDENT_2), content_type=JSON)
-        report = explain(cluster)
+        report = explain(explained)
         if state.rebalance_report is not None:
             report["rebalance"] = state.rebalance_report()
         node = request.query.get("node")

@@ -37,7 +37,7 @@ signals:
   - {name: memory, query: up, threshold: 0.9}
 """
 cluster, codec = Cluster(parse_config(CONFIG)), Codec()
-extender = Extender(cluster)
+extender = Extender(cluster.verbs)
 now = time.time()
 cluster.refreshed(
     [

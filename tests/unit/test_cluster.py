@@ -49,15 +49,18 @@ def test_a_round_nodes_and_pods_through_the_port_decide_the_verbs() -> None:
 
 def test_signal_health_and_a_config_applied_through_the_port() -> None:
     app, ingest = guarded_app()
+    explained, verbs = app.cluster.explained, app.cluster.verbs
     ingest.signal_failed("cpu", "timeout", "read timed out")
-    assert app.cluster.signal_health.failing("cpu") is not None
+    assert explained.signal_report("cpu")["failingFor"] is not None
     ingest.signal_succeeded("cpu")
-    assert app.cluster.signal_health.failing("cpu") is None
-    assert not app.cluster.identities.needs_addresses
+    assert explained.signal_report("cpu")["failingFor"] is None
+    addresses = {"n1": ("10.0.0.1",)}
+    assert verbs.identities_of(["n1"], addresses, verbs.table()) == ["n1"]
     by_address = stored_config(nodeIdentity={"label": "instance", "kind": "address"}, filterMode="soft")
     ingest.config_applied(parse_config(by_address))
     assert ingest.config.filter_mode == "soft"
-    assert app.cluster.identities.needs_addresses and app.cluster.needs_node_details  # http decodes IPs now
+    assert verbs.identities_of(["n1"], addresses, verbs.table()) == ["10.0.0.1"]  # nodes named by their IPs now
+    assert app.extender.needs_node_details  # so http decodes the IPs
 
 
 def test_stranded_pods_reopen_through_the_port() -> None:

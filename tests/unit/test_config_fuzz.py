@@ -43,7 +43,7 @@ def _check(text: str) -> None:
         return
     event("accepted and run")
     cluster = Cluster(config)  # a config that parses must run
-    assert config.hash and cluster.table() is not None
+    assert config.hash and cluster.verbs.table() is not None
     for signal in config.signals:
         assert config.query_for(signal)
 

@@ -27,6 +27,7 @@ from loadext.core.decisions import Decision
 from loadext.core.herd.usage import Usage
 from loadext.core.policy import Verdict
 from loadext.core.snapshot import Sample, Snapshot
+from tests.unit.inside import parts
 
 
 async def test_explain_pod_lists_every_candidate_with_values_age_and_verdict(aiohttp_client: Any) -> None:
@@ -58,7 +59,7 @@ async def test_an_older_decision_keeps_its_values_but_not_the_snapshot(aiohttp_c
     await post(client, "/filter", fixture_bytes("filter-names.json"))
     await post(client, "/prioritize", fixture_bytes("prioritize-names.json"))
     before = await (await client.get("/explain", params={"pod": "analytics/ingest-0"})).json()
-    decided_on = weakref.ref(app.cluster.cache.snapshot)
+    decided_on = weakref.ref(app.cluster.verbs.snapshot())
     body = json.loads(fixture_bytes("filter-names.json"))
     for i in range(6):  # a pod per refresh, each refresh with other values
         publish(app, {node: 0.2 + 0.1 * i for node in STORED_CPU}, STORED_MEMORY)
@@ -82,10 +83,10 @@ async def test_unknown_pod_is_a_404_naming_it(aiohttp_client: Any) -> None:
 
 async def test_explain_pod_shows_the_pods_estimate_and_what_was_in_flight_per_node(aiohttp_client: Any) -> None:
     app = stored_app(HERD_GUARDED_CONFIG)
-    app.cluster.ledger.place("earlier", "ceph3", time.time(), Usage(2.0, 2**30))
+    parts(app.cluster).ledger.place("earlier", "ceph3", time.time(), Usage(2.0, 2**30))
     client = await client_for(aiohttp_client, app)
     await post(client, "/filter", fixture_bytes("filter-nodes.json"))  # cpu request 500m, limit 2
-    app.cluster.ledger.place("later", "ceph1", time.time(), Usage(1.0, 0))  # after the decision
+    parts(app.cluster).ledger.place("later", "ceph1", time.time(), Usage(1.0, 0))  # after the decision
     report = await (await client.get("/explain", params={"pod": "analytics/ingest-0"})).json()
     memory = round(0.7 * 2 * 2**30)  # herdGuard's factor x the 2Gi memory limit
     factor = {"cpu": "factor", "memory": "factor"}  # no measured usage, no owner history

@@ -20,7 +20,7 @@ PROMETHEUS_ACCEPT = (
 
 async def test_metrics_are_openmetrics_for_prometheus_and_text_for_the_rest(aiohttp_client: Any) -> None:
     app = stored_app()
-    app.telemetry.nodes.render(node_states(app.cluster))  # as after a refresh round
+    app.telemetry.nodes.render(node_states(app.cluster.explained))  # as after a refresh round
     client = await client_for(aiohttp_client, app)
 
     reply = await client.get("/metrics", headers={"Accept": PROMETHEUS_ACCEPT})

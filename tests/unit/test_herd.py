@@ -25,6 +25,7 @@ from loadext.core.herd.usage import EstimateRule, Usage, container_estimate, pod
 from loadext.core.requests import ExtenderArgs, NodeInfo, PodRef
 from loadext.shared.objects import Pod
 from loadext.sources.kube import bound_pod
+from tests.unit.inside import parts
 
 GiB = 1024**3
 RULE = EstimateRule.of(HerdGuard())  # the schema's defaults
@@ -113,10 +114,10 @@ async def test_restart_keeps_placement_times_and_deletion_forgets(aiohttp_client
         app = guarded_app(True)
         cluster = app.cluster
         cluster.pods_listed([p for p in pods if p is not None])
-        per_node = cluster.ledger.inflight.per_node(time.time())
+        per_node = parts(cluster).ledger.inflight.per_node(time.time())
         assert per_node["ceph2"][1] == 3, incarnation  # the hour-old pod is visible in the metrics already
         assert per_node["ceph2"][0].cpu == pytest.approx(3 * 3.4)  # max(1, 4 x 0.85) each
-        placed = {p.placed_at for p in cluster.ledger.inflight._pods.values()}
+        placed = {p.placed_at for p in parts(cluster).ledger.inflight._pods.values()}
         assert placed == {scheduled.timestamp()}
     # 10.2 of 31.5 cores in flight: ceph2 at 50 % + 32 % + the incoming 5.4 % is over 80 %.
     client_ = await client_for(aiohttp_client, app)
@@ -135,7 +136,7 @@ async def test_burst_cap(aiohttp_client: Any) -> None:
     cluster = app.cluster
     now = time.time()
     for i in range(2):
-        cluster.ledger.place(f"b{i}", "ceph3", now, Usage(0.001, 0))
+        parts(cluster).ledger.place(f"b{i}", "ceph3", now, Usage(0.001, 0))
     client_ = await client_for(aiohttp_client, app)
     _, reply = await post(client_, "/filter", fixture_bytes("filter-names.json"))
     assert reply["FailedAndUnresolvableNodes"] == {"ceph3": "loadext: 2 pods placed here in the last 300s"}
@@ -159,7 +160,7 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
 
     def favourite(scores: list[dict[str, Any]], uid: str) -> str:
         """The node loadext counts the pod on: one of the top scores (ties at random)."""
-        guess = cluster.ledger.inflight.get(uid)
+        guess = parts(cluster).ledger.inflight.get(uid)
         assert guess is not None
         assert {s["Host"]: s["Score"] for s in scores}[guess.node] == max(s["Score"] for s in scores)
         return guess.node
@@ -173,7 +174,7 @@ async def test_loadexts_own_favourite_counts_until_the_watch_says_otherwise(aioh
     assert {s["Host"]: s["Score"] for s in retry}[first] > 0
     assert all(s["Score"] == 0 for s in await prioritize("burst-2"))  # both taken for this window
     cluster.pod_bound(bound_pod(v1_pod("burst-0", "ceph1", datetime.now(UTC))))  # type: ignore[arg-type]
-    placed = cluster.ledger.inflight.get("burst-0")
+    placed = parts(cluster).ledger.inflight.get("burst-0")
     assert placed is not None and placed.node == "ceph1"
 
 
@@ -181,10 +182,10 @@ def test_the_estimate_rule_follows_a_reload() -> None:
     """The rule is built once per config (not per estimate): a reload must replace it."""
     cluster = guarded_app(True).cluster
     pod = PodRef("ns", "p", "uid-1", ("ReplicaSet",), containers=(({"cpu": "1"}, {"cpu": "2"}),))
-    before, _ = cluster.guard.incoming(pod)
+    before, _ = cluster.verbs.guard().incoming(pod)
     assert before.cpu == pytest.approx(1.7)  # max(1, 2 x 0.85): the default cpuLimitFactor
     cluster.config_applied(parse_config(stored_config(herdGuard={"enabled": True, "cpuLimitFactor": 1.0})))
-    after, _ = cluster.guard.incoming(pod)
+    after, _ = cluster.verbs.guard().incoming(pod)
     assert after.cpu == 2.0
 
 
@@ -231,30 +232,30 @@ def test_fast_herd_correction_equals_the_reference(
         for i, name in enumerate(names):
             cluster.node_seen(NodeInfo(name, () if i % 3 == 2 else (keys[i],), {}, {}))
     for name in names[::2]:  # some nodes with allocatable, some without (nothing to add it to)
-        cluster.directory.set_allocatable(name, {"cpu": 8.0, "memory": 32.0 * GiB})
+        parts(cluster).directory.set_allocatable(name, {"cpu": 8.0, "memory": 32.0 * GiB})
     for i, (node, millicores) in enumerate(placements):
         if node < len(names):
-            cluster.ledger.place(f"placed-{i}", names[node], time.time(), Usage(millicores / 1000, 0))
+            parts(cluster).ledger.place(f"placed-{i}", names[node], time.time(), Usage(millicores / 1000, 0))
     for i, (count, millicores, repeat_uid) in enumerate(requests):
         asked = names[: max(1, count)]
         uid = "again" if repeat_uid else f"pod-{i}"
         pod = PodRef("default", uid, uid, (), (({"cpu": f"{millicores}m"}, {}),))
         args = ExtenderArgs(pod, list(asked))
         fast = app.extender.verdicts(args)
-        table, now, samples = cluster.table(), cluster.clock(), cluster.cache.snapshot.by_identity
-        identities = cluster.identities_of(asked, {}, table)
+        table, now, samples = cluster.verbs.table(), cluster.clock(), cluster.verbs.snapshot().by_identity
+        identities = cluster.verbs.identities_of(asked, {}, table)
         candidates = [
             Candidate(n, table.verdict(i), samples.get(i), table.pools.get(i))
             for n, i in zip(asked, identities, strict=True)
         ]
-        in_flight, incoming = cluster.ledger.inflight.per_node(now), cluster.ledger.estimate(pod).usage
-        own, capacity = cluster.ledger.inflight.get(uid), cluster.directory.allocatable
+        in_flight, incoming = parts(cluster).ledger.inflight.per_node(now), parts(cluster).ledger.estimate(pod).usage
+        own, capacity = parts(cluster).ledger.inflight.get(uid), parts(cluster).directory.allocatable
         reference = [
             corrected(c, in_flight.get(c.name, NO_PLACEMENTS), incoming, capacity, cluster.config, now, own)
             for c in candidates
         ]
         assert fast == reference
-        cluster.guard.count_now(uid, asked[-1])  # the next call sees one more placement in flight
+        cluster.verbs.guard().count_now(uid, asked[-1])  # the next call sees one more placement in flight
 
 
 def test_a_measured_pod_fades_out_in_steps_until_the_window_ends() -> None:

@@ -17,6 +17,7 @@ from loadext.core.herd.usage import Usage
 from loadext.core.requests import BoundPod, ExtenderArgs, PodRef
 from loadext.sources.prometheus import decode_pod_vector
 from loadext.sources.query_error import QueryError
+from tests.unit.inside import parts
 
 FACTOR = Usage(1.7, 2**30)
 
@@ -122,7 +123,7 @@ def test_a_measured_pod_replaces_its_estimate_in_its_nodes_correction() -> None:
     a node with room; once the pods are measured, it passes, and the error is reported once."""
     app = stored_app(HERD_GUARDED_CONFIG, {"ceph1": 0.7}, {"ceph1": 0.3})
     cluster = app.cluster
-    cluster.directory.set_allocatable("ceph1", {"cpu": 31.5, "memory": 128.0 * 2**30})
+    parts(cluster).directory.set_allocatable("ceph1", {"cpu": 31.5, "memory": 128.0 * 2**30})
     spec = (({"cpu": "500m"}, {"cpu": "2"}),)
     placed_at = time.time()
 
@@ -138,17 +139,17 @@ def test_a_measured_pod_replaces_its_estimate_in_its_nodes_correction() -> None:
     measured = {("db", "ingest-1"): 0.2, ("db", "ingest-2"): 0.2}
     errors = cluster.pod_usage_measured({"cpu": measured})
     assert [(e.resource, e.source, round(e.ratio, 2)) for e in errors] == [("cpu", "factor", 7.5)] * 2
-    assert cluster.ledger.inflight.per_node(time.time())["ceph1"][0].cpu == pytest.approx(0.4)
+    assert parts(cluster).ledger.inflight.per_node(time.time())["ceph1"][0].cpu == pytest.approx(0.4)
     verdict = app.extender.verdicts(ExtenderArgs(incoming, ["ceph1"]))[0]
     assert verdict.passed, verdict  # and the incoming pod counts as its owner's 0.2, not 1.7
-    assert cluster.ledger.estimate(incoming).sources[0] == "owner"
+    assert parts(cluster).ledger.estimate(incoming).sources[0] == "owner"
     assert cluster.pod_usage_measured({"cpu": measured}) == []  # each pod's error is counted once
     # Measured means running: from then on the node's own metrics take the pod in, and its share
     # fades (herd.FADE_STEPS). A later watch event for the pod keeps when that began.
-    counted = cluster.ledger.inflight.get("u1")
+    counted = parts(cluster).ledger.inflight.get("u1")
     assert counted is not None and placed_at <= counted.measured_at <= time.time()
     cluster.pod_bound(sibling(1))
-    assert cluster.ledger.inflight.get("u1") == counted
+    assert parts(cluster).ledger.inflight.get("u1") == counted
 
 
 async def test_preempt_takes_off_what_a_measured_victim_really_uses(aiohttp_client: Any) -> None:
@@ -161,7 +162,7 @@ async def test_preempt_takes_off_what_a_measured_victim_really_uses(aiohttp_clie
         app = stored_app(HERD_GUARDED_CONFIG, {"ceph2": 0.82, "ceph3": 0.95}, {"ceph2": 0.3, "ceph3": 0.3})
         cluster = app.cluster
         for node in ("ceph2", "ceph3"):
-            cluster.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
+            parts(cluster).directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
         hour_ago = time.time() - 3600
         cluster.pods_listed([BoundPod(PodRef("batch", "old-0", victim, ()), "ceph2", hour_ago)])
         cluster.pod_usage_measured({"cpu": {("batch", "old-0"): 3.0}} if measured else {})
@@ -171,24 +172,23 @@ async def test_preempt_takes_off_what_a_measured_victim_really_uses(aiohttp_clie
 
 def test_the_pod_list_comes_in_pages_a_restarted_list_starts_over_and_a_gone_pod_is_forgotten() -> None:
     cluster = stored_app(HERD_GUARDED_CONFIG, {"n1": 0.5}, {"n1": 0.5}).cluster
+    ledger = parts(cluster).ledger
     now = time.time()
 
     def bound(name: str, placed_at: float) -> BoundPod:
         return BoundPod(PodRef("ns", name, f"uid-{name}", (), owner="ns/Job/j"), "n1", placed_at)
 
     def known() -> list[str]:
-        return [name for name in ("old", "a", "b", "young") if cluster.ledger.learned.pods.by_uid(f"uid-{name}")]
+        return [name for name in ("old", "a", "b", "young") if ledger.learned.pods.by_uid(f"uid-{name}")]
 
     cluster.pods_listed([bound("old", now - 3600)])
     cluster.pods_listed([bound("a", now - 3600), bound("young", now)], first=True, last=False)
-    assert (
-        known() == ["old"] and cluster.ledger.inflight.get("uid-young") is None
-    )  # the old list stands until the last page
+    assert known() == ["old"] and ledger.inflight.get("uid-young") is None  # the old list stands until the last page
     cluster.pods_listed([bound("b", now - 3600)], first=True, last=False)  # its continue token expired: listed again
     cluster.pods_listed([bound("young", now)], first=False, last=True)
     assert known() == ["b", "young"]
-    assert cluster.ledger.inflight.get("uid-young") is not None and cluster.ledger.inflight.get("uid-b") is None
+    assert ledger.inflight.get("uid-young") is not None and ledger.inflight.get("uid-b") is None
     cluster.pod_usage_measured({"cpu": {("ns", "b"): 2.0}})
-    assert cluster.ledger.learned.measured_by_uid("uid-b", settled_before=now).cpu == 2.0
+    assert ledger.learned.measured_by_uid("uid-b", settled_before=now).cpu == 2.0
     cluster.pod_gone("uid-b")
-    assert known() == ["young"] and cluster.ledger.learned.measured_by_uid("uid-b", settled_before=now) == Usage()
+    assert known() == ["young"] and ledger.learned.measured_by_uid("uid-b", settled_before=now) == Usage()

@@ -14,6 +14,7 @@ from loadext.app import App
 from loadext.config import ConfigError, parse_config
 from loadext.core.policy import judge
 from loadext.core.snapshot import Sample
+from tests.unit.inside import parts
 
 CONFIG = """
 prometheus: {url: "http://127.0.0.1:1"}
@@ -96,7 +97,7 @@ async def test_pools_from_watched_node_labels_in_cache_mode(aiohttp_client: Any)
     status, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))
     assert status == 200
     assert reply["NodeNames"] == []  # all three at 85 % cpu, threshold 80 %
-    app.cluster.directory.upsert("ceph1", ["10.20.0.11"], {"pool": "batch"})  # as the Node watch reports it
+    parts(app.cluster).directory.upsert("ceph1", ["10.20.0.11"], {"pool": "batch"})  # as the Node watch reports it
     status, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))
     assert status == 200
     assert reply["NodeNames"] == ["ceph1"]

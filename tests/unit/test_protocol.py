@@ -184,7 +184,7 @@ async def test_replies_for_awkward_node_names_equal_a_plain_json_encoder(aiohttp
     body = orjson.dumps({"Pod": None, "Nodes": None, "NodeNames": AWKWARD_NAMES})
     for _ in range(2):  # the second call joins the fragments the first one encoded
         response = await client.post("/prioritize", data=body)
-        scores = [app.cluster.table().verdict(name).score for name in AWKWARD_NAMES]
+        scores = [app.cluster.verbs.table().verdict(name).score for name in AWKWARD_NAMES]
         expected = [{"Host": name, "Score": score} for name, score in zip(AWKWARD_NAMES, scores, strict=True)]
         assert await response.read() == json.dumps(expected, ensure_ascii=False, separators=(",", ":")).encode()
     response = await client.post("/filter", data=body)

@@ -26,6 +26,7 @@ from loadext.core.rebalance.targets import Target
 from loadext.core.requests import NodeInfo
 from loadext.core.snapshot import Sample, SignalValues, Snapshot
 from loadext.telemetry import Telemetry
+from tests.unit.inside import parts
 
 BASE = "prometheus: {url: http://p:9090}\n"
 CPU = Signal("cpu", "q", threshold=0.8)  # evictAt: 0.85 by default
@@ -306,10 +307,10 @@ def cluster_with(values: dict[str, float], rebalance: str = "{enabled: true, hot
 
 def test_a_target_passes_the_filter_with_the_pod_added() -> None:
     cluster = cluster_with({"hot": 0.95, "warm": 0.7, "cool": 0.3})
-    assert cluster.heat().hot().keys() == {"hot"}
-    assert cluster.passing_with(Usage(0.5, 0.0), excluding="hot") == ["cool", "warm"]
+    assert cluster.rebalance.heat().hot().keys() == {"hot"}
+    assert cluster.rebalance.passing_with(Usage(0.5, 0.0), excluding="hot") == ["cool", "warm"]
     # 2 cores of 10 are 20 %: warm (70 %) would end at 90 %, over its 80 % threshold
-    assert cluster.passing_with(Usage(2.0, 0.0), excluding="hot") == ["cool"]
+    assert cluster.rebalance.passing_with(Usage(2.0, 0.0), excluding="hot") == ["cool"]
 
 
 class FakeLease:
@@ -341,8 +342,8 @@ class FakeApi:
 
 async def test_a_lease_lost_mid_cycle_evicts_nothing_more() -> None:
     api = FakeApi()
-    state = cluster_with({"n": 0.5})
-    rebalancer = Rebalancer(state, api, Telemetry().rebalance, FakeLease(held=1))  # type: ignore[arg-type]
+    cluster = cluster_with({"n": 0.5})
+    rebalancer = Rebalancer(cluster.rebalance, api, Telemetry().rebalance, FakeLease(held=1))  # type: ignore[arg-type]
     drifted = Usage(5.0, 2**30)
     steps = [
         Step("n1", f"shop/p{i}", "node cpu 95% >= 85% for 1m", target="cool", uid=f"u{i}", workload=f"w{i}")
@@ -358,14 +359,16 @@ async def test_a_lease_lost_mid_cycle_evicts_nothing_more() -> None:
         ("rate_limited", "the Lease was lost"),
     ]
     # the evicted pod's measured usage is its replacement's estimate; the others' owners learn nothing
-    assert state.ledger.learned.estimate("w0", Usage(), time.time()).usage == drifted
-    assert state.ledger.learned.estimate("w1", Usage(), time.time()).sources == ("factor", "factor")
+    learned = parts(cluster).ledger.learned
+    assert learned.estimate("w0", Usage(), time.time()).usage == drifted
+    assert learned.estimate("w1", Usage(), time.time()).sources == ("factor", "factor")
     assert rebalancer.followup.workloads == {"w0"}  # and its replacement is followed
 
 
 async def test_no_fresh_metrics_pauses_the_rebalancer_before_any_api_call() -> None:
     config = parse_config(BASE + "signals: [{name: cpu, query: q, threshold: 0.8}]\nrebalance: {enabled: true}")
     telemetry = Telemetry()
-    rebalancer = Rebalancer(Cluster(config), object(), telemetry.rebalance)  # an API that has nothing: never called
+    nothing = object()  # an API that has nothing: never called
+    rebalancer = Rebalancer(Cluster(config).rebalance, nothing, telemetry.rebalance)
     assert await rebalancer.cycle() == [] and rebalancer.status == "paused"
     assert rebalancer.report()["state"] == "paused"

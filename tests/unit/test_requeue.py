@@ -26,6 +26,7 @@ from loadext.core.herd.usage import Usage
 from loadext.core.requests import BoundPod, PodRef
 from loadext.core.snapshot import SignalValues
 from loadext.http.protocol import Codec
+from tests.unit.inside import parts
 
 
 def hot(guarded: bool, burst_cap: int) -> str:
@@ -70,19 +71,19 @@ async def test_an_all_hot_cluster_strands_the_pod_until_a_node_cools(aiohttp_cli
     assert app.cluster.reopened_node() == "ceph3"
     _, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))  # the scheduler's retry
     assert reply["NodeNames"] == ["ceph3"]
-    assert len(app.cluster.stranded) == 0 and app.cluster.reopened_node() is None
+    assert app.cluster.stranded_count() == 0 and app.cluster.reopened_node() is None
 
 
 async def test_herd_refusals_reopen_when_a_placement_leaves(aiohttp_client: Any) -> None:
     app = stored_app(hot(True, 1), {"ceph1": 0.5, "ceph2": 0.2, "ceph3": 0.6}, MEMORY)
     cluster = app.cluster
     for node in ("ceph1", "ceph2", "ceph3"):
-        cluster.ledger.place(f"recent-{node}", node, time.time(), Usage(0.1, 0))
+        parts(cluster).ledger.place(f"recent-{node}", node, time.time(), Usage(0.1, 0))
     client = await client_for(aiohttp_client, app)
     _, reply = await post(client, "/filter", fixture_bytes("filter-names.json"))
     assert reply["NodeNames"] == [] and set(reply["FailedAndUnresolvableNodes"]) == {"ceph1", "ceph2", "ceph3"}
     assert cluster.reopened_node() is None
-    cluster.ledger.inflight.remove("recent-ceph2")  # deleted, or out of the window
+    parts(cluster).ledger.inflight.remove("recent-ceph2")  # deleted, or out of the window
     assert cluster.reopened_node() == "ceph2"
 
 
@@ -90,11 +91,11 @@ async def test_a_bound_pod_is_no_longer_stranded(aiohttp_client: Any) -> None:
     app = stored_app(hot(True, 1), {"ceph1": 0.95, "ceph2": 0.95, "ceph3": 0.95}, MEMORY)
     client = await client_for(aiohttp_client, app)
     await post(client, "/filter", fixture_bytes("filter-names.json"))
-    assert len(app.cluster.stranded) == 1
+    assert app.cluster.stranded_count() == 1
     app.cluster.bound_by_loadext(POD_UID, "ceph1")  # loadext's own bind: the watch confirms it
-    assert len(app.cluster.stranded) == 1
+    assert app.cluster.stranded_count() == 1
     app.cluster.pod_bound(BoundPod(PodRef("", "", POD_UID, ()), "ceph1", time.time()))
-    assert len(app.cluster.stranded) == 0
+    assert app.cluster.stranded_count() == 0
 
 
 class RefusingApi:
@@ -113,9 +114,9 @@ async def test_a_refused_annotation_is_counted_and_logged_once(
 ) -> None:
     app = stored_app(hot(False, 0), {"ceph1": 0.95, "ceph2": 0.9, "ceph3": 0.4}, MEMORY)
     api, now = RefusingApi(), [time.time()]
-    app.cluster.clock = lambda: now[0]
+    parts(app.cluster).clock = lambda: now[0]
     for uid in ("p1", "p2"):
-        app.cluster.stranded.strand(uid, ["ceph3"], Usage(), now[0])
+        app.cluster.verbs.strand(uid, ["ceph3"], Usage())
     monkeypatch.setattr(requeue, "CHECK_EVERY", 0.01)
     task = asyncio.create_task(requeue.requeue_stranded(app.cluster, api, app.telemetry.herd))
     client = await client_for(aiohttp_client, app)
@@ -149,10 +150,10 @@ async def test_preempt_judges_with_the_preemptors_estimate_and_without_its_victi
     )
     cluster = app.cluster
     for node in ("ceph2", "ceph3"):
-        cluster.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128 * 1024**3})
+        parts(cluster).directory.set_allocatable(node, {"cpu": 31.5, "memory": 128 * 1024**3})
     body = orjson.loads(fixture_bytes("preempt-meta.json"))
     victim = body["NodeNameToMetaVictims"]["ceph3"]["Pods"][0]["UID"]
-    cluster.ledger.place(victim, "ceph3", time.time(), Usage(10, 0))
+    parts(cluster).ledger.place(victim, "ceph3", time.time(), Usage(10, 0))
     client = await client_for(aiohttp_client, app)
     status, reply = await post(client, "/preempt", orjson.dumps(body))
     assert status == 200

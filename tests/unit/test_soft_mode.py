@@ -15,6 +15,7 @@ from harness.wire import fixture_bytes
 from loadext.app import App
 from loadext.core.herd.usage import Usage
 from loadext.http.protocol import Codec
+from tests.unit.inside import parts
 
 
 def guarded(burst_cap: int = 1, **herd: Any) -> str:
@@ -41,7 +42,7 @@ def one_pod_placed_on_every_node(app: App) -> None:
     pod = Codec().decode_extender_args(fixture_bytes("filter-names.json")).args.pod
     assert pod is not None
     for node in ("ceph1", "ceph2", "ceph3"):
-        cluster.ledger.place(f"recent-{node}", node, time.time(), cluster.ledger.estimate(pod).usage)
+        parts(cluster).ledger.place(f"recent-{node}", node, time.time(), parts(cluster).ledger.estimate(pod).usage)
 
 
 async def test_a_burst_cap_on_every_node_does_not_strand_the_pod(aiohttp_client: Any) -> None:
@@ -92,10 +93,10 @@ def three_pods_in_flight_on_ceph2() -> tuple[App, Usage]:
     pod = Codec().decode_extender_args(fixture_bytes("filter-names.json")).args.pod
     assert pod is not None
     for node in ("ceph1", "ceph2", "ceph3"):
-        cluster.directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
-    estimate = cluster.ledger.estimate(pod).usage
+        parts(cluster).directory.set_allocatable(node, {"cpu": 31.5, "memory": 128.0 * 2**30})
+    estimate = parts(cluster).ledger.estimate(pod).usage
     for i in range(3):
-        cluster.ledger.place(f"recent-{i}", "ceph2", time.time(), estimate)
+        parts(cluster).ledger.place(f"recent-{i}", "ceph2", time.time(), estimate)
     return ext, estimate
 
 
@@ -108,7 +109,7 @@ async def test_the_herd_soft_pass_counts_what_is_in_flight(aiohttp_client: Any) 
     assert 'loadext_filter_soft_passes_total{reason="herd"} 1.0' in metrics
     # A pod lands on ceph1: the next call ranks ceph1 anew (the memo drops what changed) and
     # passes ceph3, 78 % + 5.4 %, now below ceph1's 76 % + 2 x 5.4 %.
-    ext.cluster.ledger.place("landed", "ceph1", time.time(), estimate)
+    parts(ext.cluster).ledger.place("landed", "ceph1", time.time(), estimate)
     reply, metrics = await filter_names(aiohttp_client, ext)
     assert reply["NodeNames"] == ["ceph3"]
 
@@ -122,7 +123,7 @@ async def test_the_pods_expected_node_missing_from_a_later_call(aiohttp_client: 
     client = await client_for(aiohttp_client, ext)
     status, reply = await post(client, "/filter", orjson.dumps(body))
     assert status == 200 and reply["NodeNames"] == ["ceph1"]
-    ext.cluster.ledger.place(body["Pod"]["metadata"]["uid"], "ceph3", time.time(), estimate)
+    parts(ext.cluster).ledger.place(body["Pod"]["metadata"]["uid"], "ceph3", time.time(), estimate)
     status, reply = await post(client, "/filter", orjson.dumps(body))  # ceph3 ranked anew, without the pod
     assert status == 200 and reply["NodeNames"] == ["ceph1"]
     body["NodeNames"] = ["ceph1", "ceph2"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import NamedTuple
 
 from cachetools import LRUCache
 
@@ -19,6 +20,15 @@ from loadext.core.herd.inflight import InFlight, Placement
 from loadext.core.herd.learned import Estimate, EstimateError, KnownPods, PodKey, UsageHistory
 from loadext.core.herd.usage import RESOURCES, EstimateRule, Usage, pod_estimate
 from loadext.core.requests import BoundPod, PodRef
+
+
+class HerdReport(NamedTuple):
+    """What explain shows of the herd guard's ledger."""
+
+    in_flight: Mapping[str, tuple[Usage, int]]  # node -> (summed estimate, placements) in the window
+    pods_in_flight: int
+    owners_learned: int  # owners with measured pods, for learned estimates
+    pods_measured: dict[str, int]  # resource -> pods measured in the last round
 
 
 class PodLedger:
@@ -42,6 +52,10 @@ class PodLedger:
         rule. Once placed and measured, its own usage replaces it (_with_measured)."""
         factor = pod_estimate(pod.containers, pod.init_containers, pod.overhead, self._rule)
         return self.learned.estimate(pod.owner, factor, self.clock())
+
+    def report(self, now: float) -> HerdReport:
+        learned = self.learned
+        return HerdReport(self.inflight.per_node(now), len(self.inflight), len(learned), learned.measured_counts())
 
     def place(self, uid: str, node: str, placed_at: float, usage: Usage) -> None:
         self.inflight.place(uid, Placement(node, placed_at, usage), self.clock())
