@@ -25,7 +25,7 @@ from loadext import __version__
 from loadext.actors import requeue
 from loadext.actors.lease import Lease, holder_identity
 from loadext.actors.rebalancer import Done, Rebalancer
-from loadext.config import Config, parse_config
+from loadext.config import Config, PrometheusConfig, parse_config
 from loadext.config.serving import ConfigMapRef, Limits, ServeOptions
 from loadext.core.cluster import Cluster
 from loadext.core.explain import explain, node_states_builder
@@ -34,6 +34,8 @@ from loadext.core.requests import BindingArgs
 from loadext.http import lifecycle, tls
 from loadext.http.server import ServerState, create_app, create_ops_app, install_event_loop
 from loadext.sources import kube, watches
+from loadext.sources.metrics import LiveSource, MetricsSource
+from loadext.sources.prometheus import PrometheusSource
 from loadext.sources.query_error import ERROR_KINDS
 from loadext.sources.readiness import Readiness
 from loadext.sources.refresher import Refresher
@@ -41,6 +43,12 @@ from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
 from loadext.telemetry import Telemetry
 
 log = logging.getLogger("loadext")
+
+
+def metrics_source(settings: PrometheusConfig) -> MetricsSource:
+    """The metrics backend every reader of metrics is given (sources/metrics.py): the one
+    place that names it."""
+    return PrometheusSource(settings)
 
 
 class App:
@@ -66,8 +74,13 @@ class App:
         self.telemetry.reload.accepted()
         self.cluster = Cluster(config, clock=clock)  # the Ingest port every source feeds
         self.extender = Extender(self.cluster.verbs)
+        self.metrics = LiveSource(metrics_source, lambda: self.cluster.config.prometheus)
         self.refresher = Refresher(
-            self.cluster, self.telemetry.refresh, self.telemetry.herd, after_round=self._render_node_metrics
+            self.cluster,
+            self.metrics,
+            self.telemetry.refresh,
+            self.telemetry.herd,
+            after_round=self._render_node_metrics,
         )
         self.reloader = ConfigReloader(text, self.apply, self.telemetry.reload)
         self.readiness = Readiness(lambda: self.cluster.ready)
@@ -167,7 +180,9 @@ class App:
             tasks.append(asyncio.create_task(retry, name="requeue-stranded"))
         if api is not None:  # idle while rebalance.enabled is false: a reload can turn it on
             lease = Lease(api, lease_namespace(self.configmap), holder_identity())
-            rebalancer = self.rebalancer = Rebalancer(self.cluster.rebalance, api, self.telemetry.rebalance, lease)
+            rebalancer = self.rebalancer = Rebalancer(
+                self.cluster.rebalance, self.metrics, api, self.telemetry.rebalance, lease
+            )
             self.server.rebalance_report = rebalancer.report
             tasks.append(asyncio.create_task(rebalancer.run(), name="rebalancer"))
         yield
@@ -178,9 +193,7 @@ class App:
                 await task
         for stop in stops:
             stop.set()
-        self.refresher.close()
-        if self.rebalancer is not None:
-            self.rebalancer.close()
+        self.metrics.close()
 
 
 def lease_namespace(configmap: ConfigMapRef | None) -> str:
@@ -280,15 +293,14 @@ def rebalance_once(config: Config, kubeconfig: str | None, dry_run: bool) -> tup
     now_hot = dataclasses.replace(config.rebalance, enabled=True, hot_for=1)
     cluster = Cluster(dataclasses.replace(config, rebalance=now_hot))
     cluster.nodes_listed([node.info() for node in kube.list_nodes(api)])
-    telemetry = Telemetry()
-    refresher = Refresher(cluster, telemetry.refresh, telemetry.herd)
-    rebalancer = Rebalancer(cluster.rebalance, api, telemetry.rebalance)
+    telemetry, source = Telemetry(), metrics_source(config.prometheus)
+    refresher = Refresher(cluster, source, telemetry.refresh, telemetry.herd)
+    rebalancer = Rebalancer(cluster.rebalance, source, api, telemetry.rebalance)
     try:
         asyncio.run(refresher.refresh_once())
         done = asyncio.run(rebalancer.cycle(dry_run=dry_run))
     finally:
-        refresher.close()
-        rebalancer.close()
+        source.close()
     return rebalancer.status, done
 
 
@@ -299,10 +311,10 @@ def explain_once(config: Config, kubeconfig: str | None, nodes: list[str]) -> di
     if api is not None:
         cluster.nodes_listed([node.info() for node in kube.list_nodes(api)])
     cluster.nodes_named(nodes)
-    telemetry = Telemetry()
-    refresher = Refresher(cluster, telemetry.refresh, telemetry.herd)
+    telemetry, source = Telemetry(), metrics_source(config.prometheus)
+    refresher = Refresher(cluster, source, telemetry.refresh, telemetry.herd)
     try:
         asyncio.run(refresher.refresh_once())
     finally:
-        refresher.close()
+        source.close()
     return explain(cluster.explained)

@@ -43,7 +43,8 @@ from loadext.core.rebalance.taints import wanted
 from loadext.core.rebalance.targets import targets
 from loadext.shared.wakeup import woken_within
 from loadext.sources.kube import record_event
-from loadext.sources.pod_usage import PodUsageReader
+from loadext.sources.metrics import MetricsSource
+from loadext.sources.pod_usage import read_pod_usage
 from loadext.sources.query_error import QueryError
 from loadext.telemetry.rebalance import RebalanceMetrics
 
@@ -77,12 +78,14 @@ class Rebalancer:
     def __init__(
         self,
         state: RebalanceState,
+        source: MetricsSource,  # for the pods' usage at the cycle
         api: Any,
         metrics: RebalanceMetrics,
         lease: Lease | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
+        self.source = source
         self.api = api
         self.metrics = metrics
         self.lease = lease
@@ -94,7 +97,6 @@ class Rebalancer:
         self.taints = NodeTaintKeeper(api, metrics)
         self.status = "off"
         self._backoff: dict[str, float] = {}  # pod uid -> until when a PDB refusal is respected
-        self.pod_usage = PodUsageReader()
         self._wake = asyncio.Event()
 
     def poke(self) -> None:
@@ -110,9 +112,6 @@ class Rebalancer:
             except Exception:  # one bad cycle must not end the rebalancer
                 log.exception("rebalance cycle failed")
             await woken_within(self._wake, self.state.config.rebalance.cycle)
-
-    def close(self) -> None:
-        self.pod_usage.close()
 
     async def cycle(self, dry_run: bool = False) -> list[Done]:
         config = self.state.config
@@ -180,7 +179,7 @@ class Rebalancer:
         holds back on the way."""
         cluster = placement.read(self.api)
         self.taints.count_held_back(cluster)
-        return cluster, self.pod_usage.read(config) if moving else {}
+        return cluster, read_pod_usage(self.source, config) if moving else {}
 
     # --- acting -------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from loadext.commands import EXIT_INVALID, EXIT_OK, EXIT_PROMETHEUS
 from loadext.config import load_config
 from loadext.config.prometheus import endpoint
-from loadext.sources.prometheus import PrometheusSource, QueryResult
+from loadext.sources.prometheus import QueryResult
 from loadext.sources.query_error import QueryError
 
 
@@ -17,8 +17,10 @@ def run(path: str, prometheus: str | None) -> int:
     print(f"{path}: ok (hash {config.hash}, signals: {', '.join(s.name for s in config.signals)})")
     if not prometheus:
         return EXIT_OK
+    from loadext.app import metrics_source  # the composition root names the backend
+
     url = endpoint(prometheus)  # a bad one says why (missing scheme, a query string, /api/v1)
-    source = PrometheusSource(replace(config.prometheus, url=url, urls=()))
+    source = metrics_source(replace(config.prometheus, url=url, urls=()))
     identity = config.node_identity
     worst = EXIT_OK
     try:

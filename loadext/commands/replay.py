@@ -10,11 +10,15 @@ import orjson
 
 from loadext.commands import EXIT_OK, NoData
 from loadext.commands.tables import format_replay, time_text
-from loadext.config import load_config
-from loadext.sources import replay
+from loadext.config import Config, load_config
+from loadext.core import replay
+from loadext.core.snapshot import Sample
+from loadext.sources.metrics import MetricsSource
 
 
 def run(candidate: str, current: str | None, since: float, step: float, output: str, chart: str | None) -> int:
+    from loadext.app import metrics_source  # the composition root names the backend
+
     end = time.time()
     start = end - since
     runs = {"candidate": load_config(candidate)}
@@ -22,7 +26,11 @@ def run(candidate: str, current: str | None, since: float, step: float, output: 
         runs = {"current": load_config(current), **runs}
     steps = {}
     for name, config in runs.items():
-        history = replay.fetch(config, start, end, step)
+        source = metrics_source(config.prometheus)
+        try:
+            history = fetch(source, config, start, end, step)
+        finally:
+            source.close()
         if not history:
             raise NoData(
                 f"no samples for any signal of the {name} config between {time_text(start)} and "
@@ -38,6 +46,19 @@ def run(candidate: str, current: str | None, since: float, step: float, output: 
     if chart:
         draw_chart(steps, chart)
     return EXIT_OK
+
+
+def fetch(source: MetricsSource, config: Config, start: float, end: float, step: float) -> replay.Series:
+    """One range query per signal; blocking. Samples are read by the live path's rules."""
+    history: replay.Series = {}
+    for signal in config.signals:
+        for stamp, result in source.query_range(
+            config.query_for(signal), start, end, step, config.node_identity
+        ).items():
+            for key, value in result.values.items():
+                sample = Sample(value, stamp, result.means.get(key), result.stddevs.get(key))
+                history.setdefault(stamp, {}).setdefault(key, {})[signal.name] = sample
+    return history
 
 
 def draw_chart(steps: dict[str, list[Any]], path: str) -> None:

@@ -19,6 +19,7 @@ import msgspec
 
 from loadext.config import NodeIdentity, PrometheusConfig
 from loadext.core.identity import identities_for
+from loadext.core.ingest import EndpointState
 from loadext.sources.connection import Connection, Reply
 from loadext.sources.query_error import QueryError
 
@@ -47,6 +48,9 @@ class PrometheusSource:
     def close(self) -> None:
         self.connection.close()
 
+    def status(self) -> list[EndpointState]:
+        return self.connection.status()
+
     def query(self, signal: str, promql: str, identity: NodeIdentity) -> QueryResult:
         reply = self._get("/api/v1/query", {"query": promql}, "vector")
         parsed = decode_vector(reply.result, identity)
@@ -58,11 +62,13 @@ class PrometheusSource:
         reply = self._get("/api/v1/query", {"query": promql}, "vector")
         return decode_pod_vector(reply.result), reply.warnings
 
-    def query_range(self, promql: str, start: float, end: float, step: float) -> Any:
-        """A range query's raw matrix (for replay); errors classified like instant queries."""
+    def query_range(
+        self, promql: str, start: float, end: float, step: float, identity: NodeIdentity
+    ) -> dict[float, QueryResult]:
+        """A range query as one result per step (parse_matrix); errors classified like instant queries."""
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}s"}
         matrix = self._get("/api/v1/query_range", params, "matrix").result
-        return _decoded(msgspec.json.decode, matrix, "a range matrix")
+        return parse_matrix(_decoded(msgspec.json.decode, matrix, "a range matrix"), identity)
 
     def _get(self, path: str, params: dict[str, str], result_type: str) -> Reply:
         # Prometheus' own evaluation deadline, a little inside ours, so that a slow query is

@@ -13,12 +13,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from loadext.config import PrometheusConfig
 from loadext.core.herd.learned import PodKey
 from loadext.core.ingest import Ingest
 from loadext.core.snapshot import SignalValues
 from loadext.shared.wakeup import woken_within
-from loadext.sources.prometheus import PrometheusSource, QueryResult
+from loadext.sources.metrics import MetricsSource
+from loadext.sources.prometheus import QueryResult
 from loadext.sources.query_error import QueryError
 from loadext.telemetry.herd import HerdMetrics
 from loadext.telemetry.refresh import RefreshMetrics
@@ -30,26 +30,18 @@ class Refresher:
     def __init__(
         self,
         ingest: Ingest,
+        source: MetricsSource,
         metrics: RefreshMetrics,
         herd_metrics: HerdMetrics,
         after_round: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.ingest = ingest
+        self.source = source
         self.after_round = after_round  # what else follows each published round (the per-node metrics)
         self.metrics = metrics
         self.herd_metrics = herd_metrics
-        self._source: PrometheusSource | None = None
-        self._source_config: PrometheusConfig | None = None
         self._wake = asyncio.Event()
         self._pod_usage_problems: dict[str, str] = {}  # resource -> what is wrong ("" = fine)
-
-    def _current_source(self) -> PrometheusSource:
-        wanted = self.ingest.config.prometheus
-        if self._source is None or self._source_config != wanted:
-            if self._source is not None:
-                self._source.close()
-            self._source, self._source_config = PrometheusSource(wanted), wanted
-        return self._source
 
     def poke(self) -> None:
         """Refresh now instead of at the next tick (after a config change)."""
@@ -66,9 +58,8 @@ class Refresher:
 
     async def _refresh(self) -> None:
         config = self.ingest.config
-        source = self._current_source()
-        signals = asyncio.gather(*(self._query(source, s.name, config.query_for(s)) for s in config.signals))
-        results, _ = await asyncio.gather(signals, self._refresh_pod_usage(source))
+        signals = asyncio.gather(*(self._query(s.name, config.query_for(s)) for s in config.signals))
+        results, _ = await asyncio.gather(signals, self._refresh_pod_usage())
         stored = [
             SignalValues(signal.name, result.values, result.timestamp, result.means, result.stddevs)
             for signal, result in zip(config.signals, results, strict=True)
@@ -81,23 +72,23 @@ class Refresher:
         mapping = await asyncio.to_thread(self.ingest.mapping_counter())
         self.metrics.request_nodes_forgotten(self.ingest.request_nodes_forgotten())
         self.metrics.round_published(built.snapshot, mapping, (s.name for s in config.signals))
-        endpoints = source.connection.status()
+        endpoints = self.source.status()
         self.ingest.endpoints_reported(endpoints)
         self.metrics.endpoints_reported(endpoints)
 
-    async def _refresh_pod_usage(self, source: PrometheusSource) -> None:
+    async def _refresh_pod_usage(self) -> None:
         """With the herd guard on: each pod's own usage, for learned estimates (core/herd/learned.py)."""
         guard = self.ingest.config.herd_guard
         queries = guard.pod_usage_queries() if guard.enabled else {}
         if not queries:
             return
-        found = await asyncio.gather(*(self._query_pods(source, r, q) for r, q in queries.items()))
+        found = await asyncio.gather(*(self._query_pods(r, q) for r, q in queries.items()))
         measured = {resource: pods for resource, pods in zip(queries, found, strict=True) if pods is not None}
         self.herd_metrics.estimates_were_off(self.ingest.pod_usage_measured(measured))
 
-    async def _query_pods(self, source: PrometheusSource, resource: str, promql: str) -> dict[PodKey, float] | None:
+    async def _query_pods(self, resource: str, promql: str) -> dict[PodKey, float] | None:
         try:
-            pods, warnings = await asyncio.to_thread(source.query_pods, f"podUsage.{resource}", promql)
+            pods, warnings = await asyncio.to_thread(self.source.query_pods, f"podUsage.{resource}", promql)
         except QueryError as exc:
             self.herd_metrics.pod_usage_failed(resource, exc.kind)
             self._pod_usage_state(resource, f"the query failed ({exc})")
@@ -127,12 +118,12 @@ class Refresher:
         else:
             log.info("herdGuard.podUsage.%s: pods are measured; their estimates learn from it", resource)
 
-    async def _query(self, source: PrometheusSource, signal: str, promql: str) -> QueryResult | None:
+    async def _query(self, signal: str, promql: str) -> QueryResult | None:
         identity = self.ingest.config.node_identity
         metrics = self.metrics
         started = time.perf_counter()
         try:
-            result = await asyncio.to_thread(source.query, signal, promql, identity)
+            result = await asyncio.to_thread(self.source.query, signal, promql, identity)
         except QueryError as exc:
             metrics.query_failed(signal, exc.kind, self.ingest.clock())
             self.ingest.signal_failed(signal, exc.kind, exc.detail)
@@ -160,7 +151,3 @@ class Refresher:
             delay = self.ingest.config.refresh_interval - (time.monotonic() - started)
             if delay > 0:
                 await woken_within(self._wake, delay)
-
-    def close(self) -> None:
-        if self._source is not None:
-            self._source.close()

@@ -14,8 +14,9 @@ import yaml
 
 from harness.inprocess import StartLoadext, sees
 from harness.prometheus import PrometheusServer, backfill, risk_history
+from loadext.commands.replay import fetch
 from loadext.config import parse_config
-from loadext.sources import replay
+from loadext.sources.prometheus import PrometheusSource
 
 
 @pytest.fixture
@@ -103,7 +104,9 @@ async def test_replay_reads_samples_by_the_live_paths_rules(tmp_path: Path, star
         assert "broken" not in await loadext.node_values()
         config = parse_config(yaml.safe_dump(text))
         now = time.time()
-        history = await asyncio.to_thread(replay.fetch, config, now - 300, now, 60)
+        source = PrometheusSource(config.prometheus)
+        history = await asyncio.to_thread(fetch, source, config, now - 300, now, 60)
+        source.close()
         assert history
         for step in history.values():
             assert {node: {s: round(v.value, 3) for s, v in signals.items()} for node, signals in step.items()} == (

@@ -343,7 +343,8 @@ class FakeApi:
 async def test_a_lease_lost_mid_cycle_evicts_nothing_more() -> None:
     api = FakeApi()
     cluster = cluster_with({"n": 0.5})
-    rebalancer = Rebalancer(cluster.rebalance, api, Telemetry().rebalance, FakeLease(held=1))  # type: ignore[arg-type]
+    no_metrics = object()  # the steps are given: no pod usage is read
+    rebalancer = Rebalancer(cluster.rebalance, no_metrics, api, Telemetry().rebalance, FakeLease(held=1))  # type: ignore[arg-type]
     drifted = Usage(5.0, 2**30)
     steps = [
         Step("n1", f"shop/p{i}", "node cpu 95% >= 85% for 1m", target="cool", uid=f"u{i}", workload=f"w{i}")
@@ -368,7 +369,7 @@ async def test_a_lease_lost_mid_cycle_evicts_nothing_more() -> None:
 async def test_no_fresh_metrics_pauses_the_rebalancer_before_any_api_call() -> None:
     config = parse_config(BASE + "signals: [{name: cpu, query: q, threshold: 0.8}]\nrebalance: {enabled: true}")
     telemetry = Telemetry()
-    nothing = object()  # an API that has nothing: never called
-    rebalancer = Rebalancer(Cluster(config).rebalance, nothing, telemetry.rebalance)
+    nothing = object()  # an API and a metrics source that have nothing: never called
+    rebalancer = Rebalancer(Cluster(config).rebalance, nothing, nothing, telemetry.rebalance)  # type: ignore[arg-type]
     assert await rebalancer.cycle() == [] and rebalancer.status == "paused"
     assert rebalancer.report()["state"] == "paused"

@@ -36,7 +36,8 @@ class _QuickRounds(Refresher):
 
     def __init__(self) -> None:
         telemetry = Telemetry()
-        super().__init__(Cluster(parse_config(STORED_CONFIG)), telemetry.refresh, telemetry.herd)
+        nothing = object()  # refresh_once is replaced: nothing is queried
+        super().__init__(Cluster(parse_config(STORED_CONFIG)), nothing, telemetry.refresh, telemetry.herd)  # type: ignore[arg-type]
         self.rounds = 0
         self.a_round_ended = asyncio.Event()
 

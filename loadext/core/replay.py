@@ -1,4 +1,4 @@
-"""Replay: what a candidate config would have decided over Prometheus history.
+"""Replay: what a candidate config would have decided over metrics history.
 
 An SRE changing a threshold wants to see the effect before applying it. Replay runs each
 config's signal queries as range queries (the same PromQL, one per signal), rebuilds the
@@ -17,7 +17,6 @@ from typing import Any
 from loadext.config import Config
 from loadext.core.policy import build_table
 from loadext.core.snapshot import Sample, Snapshot
-from loadext.sources.prometheus import PrometheusSource, parse_matrix
 
 Series = dict[float, dict[str, dict[str, Sample]]]  # time -> identity -> signal -> sample
 
@@ -30,22 +29,6 @@ class Step:
     nodes: int
     top: str | None  # the best-scored node
     mean_score: float
-
-
-def fetch(config: Config, start: float, end: float, step: float) -> Series:
-    """One range query per signal; blocking. Samples are read by the live path's rules."""
-    source = PrometheusSource(config.prometheus)
-    history: Series = {}
-    try:
-        for signal in config.signals:
-            matrix = source.query_range(config.query_for(signal), start, end, step)
-            for stamp, result in parse_matrix(matrix, config.node_identity).items():
-                for key, value in result.values.items():
-                    sample = Sample(value, stamp, result.means.get(key), result.stddevs.get(key))
-                    history.setdefault(stamp, {}).setdefault(key, {})[signal.name] = sample
-    finally:
-        source.close()
-    return history
 
 
 def evaluate(history: Series, config: Config) -> list[Step]:
