@@ -40,7 +40,7 @@ from loadext.http import protocol  # noqa: E402
 VERB_PARTS = {
     "directory": ("note_request", "observe", "set_labels", "set_allocatable"),
     "table lookup": ("table", "identities_of", "of"),
-    "herd correction": ("incoming", "view", "corrected", "heats"),
+    "herd correction": ("incoming", "view", "corrected", "overloads"),
     "decision record": ("_remember", "record"),
     "result": ("_rejections", "summary"),
 }

@@ -23,7 +23,7 @@ from loadext.core.herd.guard import Guard, InFlightSums, View
 from loadext.core.herd.inflight import NO_PLACEMENTS
 from loadext.core.herd.usage import Usage
 from loadext.core.identity import Addresses
-from loadext.core.policy import DecisionTable, Verdict, heat, soft_choice
+from loadext.core.policy import DecisionTable, Verdict, overload, soft_choice
 from loadext.core.requests import ExtenderArgs, PreemptionArgs
 from loadext.core.results import FilterResult, PreemptResult, PrioritizeResult, Rejections
 from loadext.core.snapshot import Snapshot
@@ -166,15 +166,15 @@ class Extender:
         config, guard = state.config, state.guard()
         measured = table.verdicts(identities)
         threshold_soft = config.filter_mode == "soft"
-        heats: list[float | None] = []
+        overloads: list[float | None] = []
         if threshold_soft:
             by_identity = state.snapshot().by_identity
             for identity, verdict in zip(identities, measured, strict=True):
                 samples = by_identity.get(identity)
-                heats.append(heat(samples, config, table.pools.get(identity), verdict) if samples else None)
+                overloads.append(overload(samples, config, table.pools.get(identity), verdict) if samples else None)
         view_of = partial(state.view, table)
-        herd_heats = guard.heats(view_of, args.names, identities, measured, args.pod) if guard.soft else []
-        chosen, why = soft_choice(measured, heats, herd_heats, guard.soft, threshold_soft)
+        herd_overloads = guard.overloads(view_of, args.names, identities, measured, args.pod) if guard.soft else []
+        chosen, why = soft_choice(measured, overloads, herd_overloads, guard.soft, threshold_soft)
         if chosen:
             now = state.clock()
             if now - self._soft_logged.get(why, 0.0) >= 10:

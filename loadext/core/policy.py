@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from loadext.config import Config, Pool, Signal
-from loadext.core.snapshot import Sample, Snapshot
+from loadext.core.snapshot import Sample, Snapshot, fresh
 from loadext.scoring import STRATEGIES
 from loadext.scoring.base import NEUTRAL, combine
 
@@ -104,7 +104,7 @@ def _refusal(verdict: Verdict) -> str:
 
 def is_degraded(snapshot: Snapshot, config: Config, now: float) -> bool:
     """No signal has had a successful query within maxDataAge: Prometheus is gone for us."""
-    return not any(now - t < config.max_data_age for t in snapshot.last_success.values())
+    return not any(fresh(t, now, config.max_data_age) for t in snapshot.last_success.values())
 
 
 def judge(samples: Mapping[str, Sample], config: Config, now: float, pool: Pool | None = None) -> Verdict:
@@ -137,7 +137,7 @@ def fullness(
     """How far a node is towards its thresholds: its worst (value + extra) / threshold over the
     `signals` that have a threshold and a sample, None where none has both. Over 1 is over a
     threshold, and it is not capped, so nodes past their thresholds still rank. The one measure
-    of "how full" behind soft mode (heat, herd.correction.corrected_heat) and explain."""
+    of "how full" behind soft mode (overload, herd.correction.corrected_overload) and explain."""
     worst: float | None = None
     for signal in signals:
         sample = samples.get(signal.name)
@@ -148,7 +148,7 @@ def fullness(
     return worst
 
 
-def heat(samples: Mapping[str, Sample], config: Config, pool: Pool | None, verdict: Verdict) -> float | None:
+def overload(samples: Mapping[str, Sample], config: Config, pool: Pool | None, verdict: Verdict) -> float | None:
     """How far over its thresholds a refused node is (its fullness over the signals refusing
     it), or None when it is refused for a reason soft mode never overrides: a `hard: true`
     signal, missing data, degraded mode or the burst cap."""
@@ -166,8 +166,8 @@ def heat(samples: Mapping[str, Sample], config: Config, pool: Pool | None, verdi
 
 def soft_choice(
     measured: Sequence[Verdict],
-    heats: Sequence[float | None],
-    herd_heats: Sequence[float | None],
+    overloads: Sequence[float | None],
+    herd_overloads: Sequence[float | None],
     herd_soft: bool,
     threshold_soft: bool,
 ) -> tuple[list[int], str]:
@@ -176,7 +176,7 @@ def soft_choice(
 
     - "herd" (herdGuard.soft): of the nodes under every threshold by measurement, refused only
       for the pods in flight (estimates, burst cap), the least full counting those pods and the
-      incoming one (herd.corrected_heat, ties together); all of them where that is unknown.
+      incoming one (herd.corrected_overload, ties together); all of them where that is unknown.
       Passing them all let the scheduler's own scores pick hot nodes (the kwok closed loop):
       one at a time, each call's pick counts in flight for the next, so a burst fills the
       nodes from the emptiest up.
@@ -186,17 +186,17 @@ def soft_choice(
     if herd_soft:
         chosen = [i for i, verdict in enumerate(measured) if verdict.passed]
         if chosen:
-            return _least(chosen, herd_heats) or chosen, "herd"
+            return _least(chosen, herd_overloads) or chosen, "herd"
     if threshold_soft:
-        least = _least(range(len(heats)), heats)
+        least = _least(range(len(overloads)), overloads)
         if least:
             return least, "threshold"
     return [], ""
 
 
-def _least(indices: Iterable[int], heats: Sequence[float | None]) -> list[int]:
-    """Of `indices`, those whose heat is known and lowest (ties together)."""
-    known = [(h, i) for i in indices if (h := heats[i]) is not None]
+def _least(indices: Iterable[int], overloads: Sequence[float | None]) -> list[int]:
+    """Of `indices`, those whose overload is known and lowest (ties together)."""
+    known = [(h, i) for i in indices if (h := overloads[i]) is not None]
     if not known:
         return []
     lowest = min(h for h, _ in known)

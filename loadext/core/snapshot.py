@@ -24,8 +24,13 @@ class Sample:
     stddev: float | None = None  # riskAware: standard deviation over the risk window
 
     def fresh(self, now: float, max_age: float) -> bool:
-        """Younger than maxDataAge: the one rule for whether a value still says anything."""
-        return now - self.timestamp < max_age
+        return fresh(self.timestamp, now, max_age)
+
+
+def fresh(timestamp: float, now: float, max_age: float) -> bool:
+    """Younger than maxDataAge: the one rule for whether a value (or a query's last success)
+    still says anything."""
+    return now - timestamp < max_age
 
 
 @dataclass(frozen=True)

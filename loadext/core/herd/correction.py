@@ -54,7 +54,7 @@ def corrected(
     return judge(with_extra_load(candidate.samples, ratios), config, now, candidate.pool)
 
 
-def corrected_heat(
+def corrected_overload(
     candidate: Candidate,
     placed: tuple[Usage, int],
     incoming: Usage,

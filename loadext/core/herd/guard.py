@@ -16,7 +16,7 @@ from typing import Protocol
 from cachetools import LRUCache
 
 from loadext.config import Config
-from loadext.core.herd.correction import Candidate, Capacity, corrected, corrected_heat
+from loadext.core.herd.correction import Candidate, Capacity, corrected, corrected_overload
 from loadext.core.herd.inflight import NO_PLACEMENTS, Placement
 from loadext.core.herd.learned import Estimate
 from loadext.core.herd.ledger import PodLedger
@@ -62,7 +62,7 @@ class Guard(Protocol):
         """One verdict per name with the pods in flight and the incoming pod counted; None
         when nothing is corrected and the table's verdicts stand."""
 
-    def heats(
+    def overloads(
         self, view_of: ViewOf, names: list[str], identities: list[str], measured: list[Verdict], pod: PodRef | None
     ) -> list[float | None]:
         """Each candidate passing by measurement: how full it would be with what is in flight."""
@@ -167,10 +167,10 @@ class ActiveGuard:
             guarded[at] = judge(own.node, identities[at], own)
         return guarded
 
-    def heats(
+    def overloads(
         self, view_of: ViewOf, names: list[str], identities: list[str], measured: list[Verdict], pod: PodRef | None
     ) -> list[float | None]:
-        """correction.corrected_heat of each candidate under its thresholds by measurement (None
+        """correction.corrected_overload of each candidate under its thresholds by measurement (None
         for the rest), kept in the memo beside the verdicts: when a burst outgrows the
         estimates every call is a soft pass, and each then computes only the nodes changed
         since the last one, not all ~500 (5.7 ms a pod, filter and prioritize, when it did)."""
@@ -180,23 +180,23 @@ class ActiveGuard:
         own = self.ledger.inflight.get(pod.uid) if pod is not None else None
         in_flight = self.ledger.inflight.per_node(view.now)
 
-        def heat_of(name: str, identity: str, own: Placement | None = None) -> float | None:
+        def overload_of(name: str, identity: str, own: Placement | None = None) -> float | None:
             placed = in_flight.get(name, NO_PLACEMENTS)
-            return corrected_heat(view.candidate(name, identity), placed, incoming, view.capacity, view.config, own)
+            return corrected_overload(view.candidate(name, identity), placed, incoming, view.capacity, view.config, own)
 
-        memo = self._memo.for_size(view.table, view.versions, incoming, self.ledger.inflight).heats
+        memo = self._memo.for_size(view.table, view.versions, incoming, self.ledger.inflight).overloads
         for name, identity, verdict in zip(names, identities, measured, strict=True):
             if verdict.passed and name not in memo:
-                memo[name] = heat_of(name, identity)
-        heats = list(map(memo.get, names))
+                memo[name] = overload_of(name, identity)
+        overloads = list(map(memo.get, names))
         if own is not None and own.node in in_flight:  # the pod's expected node, judged without it
             try:
                 at = names.index(own.node)
             except ValueError:  # not a candidate this time
-                return heats
-            if heats[at] is not None:
-                heats[at] = heat_of(own.node, identities[at], own)
-        return heats
+                return overloads
+            if overloads[at] is not None:
+                overloads[at] = overload_of(own.node, identities[at], own)
+        return overloads
 
     def preemption(
         self, view_of: ViewOf, names: list[str], identities: list[str], pod: PodRef, victims: Mapping[str, Victims]
@@ -241,7 +241,7 @@ class NoGuard:
     ) -> list[Verdict] | None:
         return None
 
-    def heats(
+    def overloads(
         self, view_of: ViewOf, names: list[str], identities: list[str], measured: list[Verdict], pod: PodRef | None
     ) -> list[float | None]:
         return []

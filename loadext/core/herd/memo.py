@@ -38,13 +38,13 @@ class IncomingVerdicts:
         changed = inflight.changed_since(memo.version)
         if changed is None:
             memo.verdicts.clear()
-            memo.heats.clear()
+            memo.overloads.clear()
             memo.stale.clear()
         else:
             for node in changed:
                 if memo.verdicts.pop(node, None) is not None:
                     memo.stale.add(node)
-                memo.heats.pop(node, None)
+                memo.overloads.pop(node, None)
         memo.version = inflight.version
         return memo
 
@@ -53,5 +53,5 @@ class IncomingVerdicts:
 class SizeMemo:
     version: int  # InFlight.version the entries are current with
     verdicts: dict[str, Verdict]  # correction.corrected per node
-    heats: dict[str, float | None]  # corrected_heat per node, filled only when soft mode asks
+    overloads: dict[str, float | None]  # corrected_overload per node, filled only when soft mode asks
     stale: set[str]  # nodes whose verdict was dropped for a change in flight: re-judge before reading

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from loadext.config import HerdGuard
 from loadext.config.units import quantity
 
-RESOURCES = ("cpu", "memory")  # signals named like these get the estimates
+RESOURCES = ("cpu", "memory")  # the signals a pod's estimate and measured usage are a share of
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,13 +10,11 @@ from dataclasses import dataclass, field
 
 from loadext.config.schema import Rebalance
 from loadext.core.herd.learned import PodKey
-from loadext.core.herd.usage import Usage
+from loadext.core.herd.usage import RESOURCES, Usage
 from loadext.core.rebalance.followup import Pause
 from loadext.core.rebalance.plan import HotNode
 from loadext.core.rebalance.selection import Candidate, PodFacts, exclusion
 from loadext.core.rebalance.streaks import SignalHeat
-
-SHARED_RESOURCES = ("cpu", "memory")  # the signals a pod's measured usage is a share of
 
 
 @dataclass(frozen=True)
@@ -47,19 +45,19 @@ def hot_node(
     now: float,
 ) -> HotNode:
     """`over`: signal -> value - threshold where above it now; `usage`: resource -> pod -> measured."""
-    overshoot = {s: v for s, v in over.items() if s in SHARED_RESOURCES}
+    overshoot = {s: v for s, v in over.items() if s in RESOURCES}
     candidates: list[Candidate] = []
     excluded: list[tuple[str, str]] = []
     for pod in pods:
         key = (pod.namespace, pod.name)
         why = exclusion(pod, policy, now) or holds.why(pod)
-        if why is None and not any(key in usage.get(r, {}) for r in SHARED_RESOURCES):
+        if why is None and not any(key in usage.get(r, {}) for r in RESOURCES):
             why = "no measured usage (herdGuard.podUsage has no series for it)"
         if why is not None:
             excluded.append((pod.key, why))
             continue
         measured = Usage(usage.get("cpu", {}).get(key, 0.0), usage.get("memory", {}).get(key, 0.0))
-        shares = {r: measured.get(r) / allocatable[r] for r in SHARED_RESOURCES if allocatable.get(r)}
+        shares = {r: measured.get(r) / allocatable[r] for r in RESOURCES if allocatable.get(r)}
         candidates.append(Candidate(pod, measured, shares))
     if over and not overshoot:
         excluded.insert(0, ("", f"over its threshold on {', '.join(over)} only: no per-pod usage to choose by"))

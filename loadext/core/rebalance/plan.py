@@ -45,7 +45,7 @@ class HotNode:
         return "node " + ", ".join(parts)
 
     @property
-    def heat(self) -> float:
+    def worst_overshoot(self) -> float:
         return max(self.overshoot.values(), default=0.0)
 
 
@@ -101,7 +101,7 @@ def plan(
     steps: list[Step] = []
     moves = 0
     moving: dict[str, int] = {}
-    for node in sorted(nodes, key=lambda n: (-n.heat, n.name)):
+    for node in sorted(nodes, key=lambda n: (-n.worst_overshoot, n.name)):
         reason = node.reason(now)
         until = pacing.cooling(node.name, now)
         if until is not None:

@@ -43,9 +43,7 @@ def requirement_matches(requirement: Requirement, labels: Mapping[str, str]) -> 
 
 def selector_matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
     """None is the nil selector, which matches nothing; an empty one matches everything."""
-    if selector is None:
-        return False
-    if any(labels.get(key) != value for key, value in selector.match_labels):
+    if selector is None or not every_label(selector.match_labels, labels):
         return False
     return all(requirement_matches(r, labels) for r in selector.expressions)
 
@@ -62,9 +60,14 @@ def node_affinity_matches(
     node_selector: Mapping[str, str], terms: tuple[NodeSelectorTerm, ...] | None, name: str, labels: Mapping[str, str]
 ) -> bool:
     """The pod's nodeSelector (every label) and its required node affinity (any term)."""
-    if any(labels.get(key) != value for key, value in node_selector.items()):
+    if not every_label(node_selector.items(), labels):
         return False
     return terms is None or any(term_matches(term, name, labels) for term in terms)
+
+
+def every_label(pairs: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> bool:
+    """matchLabels' and nodeSelector's rule: each key present with exactly this value."""
+    return all(labels.get(key) == value for key, value in pairs)
 
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
