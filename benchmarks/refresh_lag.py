@@ -31,7 +31,7 @@ from loadext.app import tune_interpreter
 from loadext.core.snapshot import SignalValues
 from loadext.config import NodeIdentity
 from loadext.sources.prometheus import decode_vector
-from loadext.sources.kube import ObjectList
+from loadext.sources.listwatch import ObjectList
 from loadext.shared.objects import Node
 
 tuned, rounds, nodes = {tuned}, {rounds}, {nodes}

@@ -32,14 +32,15 @@ from loadext.core.explain import explain, node_states_builder
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs
 from loadext.http import lifecycle, tls
-from loadext.http.server import ServerState, create_app, create_ops_app, install_event_loop
-from loadext.sources import kube, watches
+from loadext.http.server import create_app, create_ops_app, install_event_loop
+from loadext.http.state import ServerState
+from loadext.sources import kube, listwatch, watches
 from loadext.sources.metrics import LiveSource, MetricsSource
 from loadext.sources.prometheus import PrometheusSource
 from loadext.sources.query_error import ERROR_KINDS
 from loadext.sources.readiness import Readiness
 from loadext.sources.refresher import Refresher
-from loadext.sources.reload import ConfigFileWatcher, ConfigReloader
+from loadext.sources.reload import ConfigFileWatcher, ConfigReloader, initial_text
 from loadext.telemetry import Telemetry
 
 log = logging.getLogger("loadext")
@@ -60,6 +61,7 @@ class App:
         text: str,
         source: str = "config",
         *,
+        config: Config | None = None,  # `text` parsed already
         config_path: str | None = None,
         reload_interval: float = 2.0,
         configmap: ConfigMapRef | None = None,
@@ -69,7 +71,7 @@ class App:
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        config = parse_config(text, source=source)
+        config = config or parse_config(text, source=source)
         self.telemetry = Telemetry()
         self.telemetry.reload.accepted()
         self.cluster = Cluster(config, clock=clock)  # the Ingest port every source feeds
@@ -222,31 +224,24 @@ def tune_interpreter() -> None:
 def serve(options: ServeOptions) -> int:
     """Run the extender until SIGTERM (lifecycle.py drains and stops it)."""
     source, kube_access, ports = options.source, options.kube, options.ports
-    ref = source.configmap_ref
-    api = kube.api_client(kube_access.kubeconfig) if kube_access.wanted or ref is not None else None
-    if ref is not None:
-        if api is None:
-            raise OSError("--configmap needs a Kubernetes API client (--kubeconfig, or run in a pod)")
-        where = f"configmap {ref.namespace}/{ref.name} key {ref.key}"
-        text = kube.read_configmap(api, ref.namespace, ref.name, ref.key)
-    else:
-        where = source.file or ""
-        with open(where, encoding="utf-8") as handle:
-            text = handle.read()
+    # config, then the sources it needs, then the state and actors (App), then the server
+    api = kube.api_client(kube_access.kubeconfig) if kube_access.wanted or source.configmap_ref else None
+    text, where = initial_text(source, api)
+    config = parse_config(text, source=where)
+    if api is None and (config.bind_enabled or config.herd_guard.enabled):
+        api = kube.api_client(None)  # in-cluster: bind and the pod watch need it
     app = App(
         text,
         where,
+        config=config,
         config_path=source.file,
         reload_interval=source.reload_interval,
-        configmap=ref,
+        configmap=source.configmap_ref,
         kube_api=api,
         watch_nodes=kube_access.watch_nodes,
         requeue_stranded=kube_access.requeue_stranded,
         limits=options.limits,
     )
-    config = app.cluster.config
-    if (config.bind_enabled or config.herd_guard.enabled) and app.kube_api is None:
-        app.kube_api = kube.api_client(None)  # in-cluster: bind and the pod watch need it
     web_app = app.web_app(ports.path_prefix)
     host, port = ports.listen
     log.info(
@@ -292,7 +287,7 @@ def rebalance_once(config: Config, kubeconfig: str | None, dry_run: bool) -> tup
         raise kube.KubeError("rebalance needs the Kubernetes API: give --kubeconfig, or run it in a pod")
     now_hot = dataclasses.replace(config.rebalance, enabled=True, hot_for=1)
     cluster = Cluster(dataclasses.replace(config, rebalance=now_hot))
-    cluster.nodes_listed([node.info() for node in kube.list_nodes(api)])
+    cluster.nodes_listed([node.info() for node in listwatch.list_nodes(api)])
     telemetry, source = Telemetry(), metrics_source(config.prometheus)
     refresher = Refresher(cluster, source, telemetry.refresh, telemetry.herd)
     rebalancer = Rebalancer(cluster.rebalance, source, api, telemetry.rebalance)
@@ -309,7 +304,7 @@ def explain_once(config: Config, kubeconfig: str | None, nodes: list[str]) -> di
     cluster = Cluster(config)
     api = kube.api_client(kubeconfig) if kubeconfig else None
     if api is not None:
-        cluster.nodes_listed([node.info() for node in kube.list_nodes(api)])
+        cluster.nodes_listed([node.info() for node in listwatch.list_nodes(api)])
     cluster.nodes_named(nodes)
     telemetry, source = Telemetry(), metrics_source(config.prometheus)
     refresher = Refresher(cluster, source, telemetry.refresh, telemetry.herd)

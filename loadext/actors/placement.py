@@ -1,6 +1,5 @@
 """What the rebalancer reads of the cluster in one cycle, as kube-scheduler would see it: every Node,
-every non-terminal bound Pod and every Namespace's labels, decoded by msgspec (only the fields the
-default filters and the rebalancer's exclusions read) and mapped into core's fit model
+every non-terminal bound Pod and every Namespace's labels, decoded by msgspec (wire.py) and mapped into core's fit model
 (core/rebalance/fit/model.py) and PodFacts (core/rebalance/selection.py). Blocking: callers run
 it in a worker thread.
 
@@ -15,9 +14,20 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from loadext.actors.evictions import ApiUnavailable
+from loadext.actors.wire import (
+    Affinity,
+    Container,
+    Expression,
+    Namespace,
+    PodAffinity,
+    ScheduledNode,
+    ScheduledPod,
+    Spec,
+    Spread,
+    WireSelector,
+    WireTerm,
+)
 from loadext.config.units import whole_quantity
 from loadext.core.herd.learned import owner_of
 from loadext.core.herd.usage import Usage
@@ -27,174 +37,19 @@ from loadext.core.rebalance.fit.resources import effective_requests
 from loadext.core.rebalance.fit.verifiable import NEUTRAL_VOLUMES
 from loadext.core.rebalance.followup import Replica
 from loadext.core.rebalance.selection import PodFacts
-from loadext.shared.objects import Decoded, OwnerReference, PodStatus, Resources
-from loadext.sources.kube import API_ERRORS, list_all, rfc3339_seconds, why_failed
+from loadext.shared.objects import PodStatus
+from loadext.sources.kube import API_ERRORS, rfc3339_seconds, why_failed
+from loadext.sources.listwatch import list_all
 
 SIDECAR = "Always"  # an init container's restartPolicy that makes it a sidecar
 NOT_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"  # the scheduler's own pod informer selector
-
-
-# --- the wire ---------------------------------------------------------------------------------
-
-
-class Expression(Decoded):
-    key: str = ""
-    operator: str = ""
-    values: tuple[str, ...] | None = None
-
-
-class WireSelector(Decoded):
-    matchLabels: dict[str, str] | None = None
-    matchExpressions: tuple[Expression, ...] | None = None
-
-
-class WireTerm(Decoded):
-    matchExpressions: tuple[Expression, ...] | None = None
-    matchFields: tuple[Expression, ...] | None = None
-
-
-class NodeSelector(Decoded):
-    nodeSelectorTerms: tuple[WireTerm, ...] | None = None
-
-
-class NodeAffinity(Decoded):
-    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None = None
-
-
-class AffinityTerm(Decoded):
-    labelSelector: WireSelector | None = None
-    namespaces: tuple[str, ...] | None = None
-    namespaceSelector: WireSelector | None = None
-    topologyKey: str = ""
-
-
-class PodAffinity(Decoded):
-    requiredDuringSchedulingIgnoredDuringExecution: tuple[AffinityTerm, ...] | None = None
-
-
-class Affinity(Decoded):
-    nodeAffinity: NodeAffinity | None = None
-    podAffinity: PodAffinity | None = None
-    podAntiAffinity: PodAffinity | None = None
-
-
-class WireToleration(Decoded):
-    key: str = ""
-    operator: str = ""
-    value: str = ""
-    effect: str = ""
-
-
-class Spread(Decoded):
-    maxSkew: int = 1
-    topologyKey: str = ""
-    whenUnsatisfiable: str = ""
-    labelSelector: WireSelector | None = None
-    minDomains: int | None = None
-    nodeAffinityPolicy: str | None = None
-    nodeTaintsPolicy: str | None = None
-    matchLabelKeys: tuple[str, ...] | None = None
-
-
-class Port(Decoded):
-    hostPort: int = 0
-    protocol: str = ""
-    hostIP: str = ""
-
-
-class Container(Decoded):
-    resources: Resources | None = None
-    ports: tuple[Port, ...] | None = None
-    restartPolicy: str | None = None
-
-
-class Annotations(Decoded):
-    """The annotations the rebalancer reads; the rest is skipped in C."""
-
-    evict: str | None = msgspec.field(name="loadext.io/evict", default=None)
-    mirror: str | None = msgspec.field(name="kubernetes.io/config.mirror", default=None)
-
-
-class Meta(Decoded):
-    name: str = ""
-    namespace: str = ""
-    uid: str = ""
-    labels: dict[str, str] | None = None
-    annotations: Annotations | None = None
-    ownerReferences: tuple[OwnerReference, ...] | None = None
-    creationTimestamp: str | None = None
-    deletionTimestamp: str | None = None
-
-
-class Spec(Decoded):
-    nodeName: str = ""
-    priority: int | None = None
-    nodeSelector: dict[str, str] | None = None
-    affinity: Affinity | None = None
-    tolerations: tuple[WireToleration, ...] | None = None
-    topologySpreadConstraints: tuple[Spread, ...] | None = None
-    containers: tuple[Container, ...] | None = None
-    initContainers: tuple[Container, ...] | None = None
-    overhead: dict[str, str | int | float] | None = None
-    resources: Resources | None = None  # pod-level resources
-    volumes: tuple[dict[str, msgspec.Raw], ...] | None = None
-    resourceClaims: tuple[msgspec.Raw, ...] | None = None
-    schedulingGates: tuple[msgspec.Raw, ...] | None = None
-
-
-class ScheduledPod(Decoded):
-    metadata: Meta = msgspec.field(default_factory=Meta)
-    spec: Spec = msgspec.field(default_factory=Spec)
-    status: PodStatus | None = None
-
-
-class WireTaint(Decoded):
-    key: str = ""
-    value: str = ""
-    effect: str = ""
-
-
-class NodeSpec(Decoded):
-    unschedulable: bool = False
-    taints: tuple[WireTaint, ...] | None = None
-
-
-class Condition(Decoded):
-    type: str = ""
-    status: str = ""
-
-
-class NodeState(Decoded):
-    allocatable: dict[str, str | int | float] | None = None
-    conditions: tuple[Condition, ...] | None = None
-
-
-class NodeMeta(Decoded):
-    name: str = ""
-    labels: dict[str, str] | None = None
-    deletionTimestamp: str | None = None
-
-
-class ScheduledNode(Decoded):
-    metadata: NodeMeta = msgspec.field(default_factory=NodeMeta)
-    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
-    status: NodeState = msgspec.field(default_factory=NodeState)
-
-
-class NamespaceMeta(Decoded):
-    name: str = ""
-    labels: dict[str, str] | None = None
-
-
-class Namespace(Decoded):
-    metadata: NamespaceMeta = msgspec.field(default_factory=NamespaceMeta)
 
 
 # --- reading ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Cluster:
+class ClusterView:
     """One cycle's read: the World the fit judges on, and each node's pods as the rebalancer's
     exclusions see them."""
 
@@ -220,7 +75,7 @@ class Cluster:
         return {workload: frozenset(uids) for workload, uids in found.items()}
 
 
-def read(api: Any) -> Cluster:
+def read(api: Any) -> ClusterView:
     nodes = _listed(api.list_node, ScheduledNode, "nodes")
     pods = _listed(api.list_pod_for_all_namespaces, ScheduledPod, "pods", field_selector=NOT_TERMINAL)
     namespaces = _listed(api.list_namespace, Namespace, "namespaces")
@@ -235,7 +90,7 @@ def read(api: Any) -> Cluster:
         by_node.setdefault(pod.spec.nodeName, []).append(facts)
         placed.append(fit.PlacedPod(facts.constraints, pod.spec.nodeName, facts.deleting))
     labels = {ns.metadata.name: ns.metadata.labels or {} for ns in namespaces}
-    return Cluster(World(map(node_facts, nodes), placed, labels), by_node, pending)
+    return ClusterView(World(map(node_facts, nodes), placed, labels), by_node, pending)
 
 
 def _listed(call: Callable[..., Any], kind: type[Any], what: str, **args: Any) -> list[Any]:

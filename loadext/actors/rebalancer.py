@@ -173,7 +173,7 @@ class Rebalancer:
 
     # --- reading ------------------------------------------------------------------------------
 
-    def _read(self, config: Config, moving: bool) -> tuple[placement.Cluster, dict[str, dict[PodKey, float]]]:
+    def _read(self, config: Config, moving: bool) -> tuple[placement.ClusterView, dict[str, dict[PodKey, float]]]:
         """Blocking (a worker thread; it reads no loadext state): the cluster and, when a node
         is hot (`moving`), the pods' usage; the taint keeper counts what its refused taint
         holds back on the way."""
@@ -183,7 +183,7 @@ class Rebalancer:
 
     # --- acting -------------------------------------------------------------------------------
 
-    async def _settle(self, cluster: placement.Cluster, refused: frozenset[str], window: float, now: float) -> None:
+    async def _settle(self, cluster: placement.ClusterView, refused: frozenset[str], window: float, now: float) -> None:
         """The stop rule's cycle: what came of earlier moves; an Event on the pod for each that
         pauses its workload."""
         policy = self.state.config.rebalance
@@ -204,7 +204,7 @@ class Rebalancer:
             )
 
     async def _carry_out(
-        self, steps: list[Step], dry_run: bool, window: float, cluster: placement.Cluster
+        self, steps: list[Step], dry_run: bool, window: float, cluster: placement.ClusterView
     ) -> list[Done]:
         existing = cluster.members({step.workload for step in steps if step.result == "planned"})
         done: list[Done] = []

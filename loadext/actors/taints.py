@@ -15,10 +15,12 @@ import msgspec
 from kubernetes import client
 
 from loadext.actors.evictions import ApiUnavailable
-from loadext.actors.placement import Cluster, Meta, ScheduledPod, Spec, constraints
+from loadext.actors.placement import ClusterView, constraints
+from loadext.actors.wire import Meta, ScheduledPod, Spec
 from loadext.core.rebalance.taints import REFUSED_TAINT, TAINT_KEYS, DaemonSet, NodeTaints, held_back
 from loadext.shared.objects import Decoded
-from loadext.sources.kube import API_ERRORS, API_TIMEOUT, list_all, why_failed
+from loadext.sources.kube import API_ERRORS, API_TIMEOUT, why_failed
+from loadext.sources.listwatch import list_all
 from loadext.telemetry.rebalance import RebalanceMetrics
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,7 @@ class NodeTaintKeeper:
             else:
                 current.pop(node, None)
 
-    def count_held_back(self, cluster: Cluster | None) -> None:
+    def count_held_back(self, cluster: ClusterView | None) -> None:
         """Blocking: count the DaemonSet pods the refused taint keeps off the nodes (`held`, the
         gauge); None, or no node refused: none. A failed read keeps the last count: it
         is a count for the SRE, never a reason to skip a cycle's moves."""
@@ -92,7 +94,7 @@ class NodeTaintKeeper:
         self.held = held
         self.metrics.daemon_pods_held_back.set(sum(map(len, held.values())))
 
-    def _held_back(self, cluster: Cluster) -> dict[str, list[str]]:
+    def _held_back(self, cluster: ClusterView) -> dict[str, list[str]]:
         try:
             listed = list_all(client.AppsV1Api(self.api.api_client).list_daemon_set_for_all_namespaces, WireDaemonSet)
         except API_ERRORS as exc:

@@ -22,7 +22,6 @@ from loadext.config.reading import (
     boolean,
     choice,
     positive_duration,
-    promql_or_off,
     ratio,
     string,
     weight,
@@ -32,22 +31,19 @@ from loadext.config.schema import (
     FILTER_MODES,
     IDENTITY_KINDS,
     MISSING_DATA_POLICIES,
-    REBALANCE_MODES,
     REJECTION_KINDS,
     SIGNAL_NAME,
     Config,
     ConfigError,
     FieldError,
-    HerdGuard,
     NodeIdentity,
     Pool,
-    Rebalance,
     Scoring,
     Signal,
     default_of,
-    derive_window,
 )
-from loadext.config.units import quantity
+from loadext.config.sections import herd_guard as herd_guard_section
+from loadext.config.sections import rebalance as rebalance_section
 from loadext.scoring import STRATEGIES
 from loadext.scoring.base import ParamKind
 
@@ -151,9 +147,9 @@ def _build(doc: Section) -> Config:
         bind_enabled=bind_enabled,
         per_node_metrics=per_node,
         pools=_pools(doc, signals),
-        herd_guard=_herd_guard(doc, signals, refresh),
+        herd_guard=herd_guard_section(doc, signals, refresh),
         filter_mode=doc.setting(Config, "filter_mode", choice(*FILTER_MODES)),
-        rebalance=_rebalance(doc.section("rebalance")),
+        rebalance=rebalance_section(doc.section("rebalance")),
     )
     doc.finish()
     return config
@@ -179,56 +175,6 @@ def _scoring(section: Section) -> Scoring:
     return Scoring(name, read[name])
 
 
-def _quantity(value: Any) -> float:
-    parsed = quantity(value)
-    if parsed is None or parsed < 0:
-        raise ValueError(f"must be a Kubernetes quantity such as 250m or 200Mi, got {value!r}")
-    return parsed
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"must be a whole number >= 0, got {value!r}")
-    return value
-
-
-def _positive_count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"must be a whole number >= 1, got {value!r}")
-    return value
-
-
-def _names(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
-        raise ValueError("must be a list of names")
-    return tuple(value)
-
-
-def _rebalance(section: Section) -> Rebalance:
-    taints, stop_rule = section.section("taints"), section.section("stopRule")
-    rebalance = Rebalance(
-        enabled=section.setting(Rebalance, "enabled", boolean),
-        mode=section.setting(Rebalance, "mode", choice(*REBALANCE_MODES)),
-        hot_for=section.setting(Rebalance, "hot_for", _positive_count),
-        cool_for=section.setting(Rebalance, "cool_for", _positive_count),
-        cycle=section.setting(Rebalance, "cycle", positive_duration),
-        max_per_node_per_cycle=section.setting(Rebalance, "max_per_node_per_cycle", _count),
-        max_per_cycle=section.setting(Rebalance, "max_per_cycle", _count),
-        max_unavailable_per_workload=section.setting(Rebalance, "max_unavailable_per_workload", _positive_count),
-        min_pod_age=section.setting(Rebalance, "min_pod_age", positive_duration),
-        excluded_namespaces=section.setting(Rebalance, "excluded_namespaces", _names),
-        evict_local_storage=section.setting(Rebalance, "evict_local_storage", boolean),
-        taint_hot=taints.setting(Rebalance, "taint_hot", boolean),
-        taint_refused=taints.setting(Rebalance, "taint_refused", boolean),
-        pending_for=stop_rule.setting(Rebalance, "pending_for", positive_duration),
-        pause_for=stop_rule.setting(Rebalance, "pause_for", positive_duration),
-    )
-    taints.finish()
-    stop_rule.finish()
-    section.finish()
-    return rebalance
-
-
 def _evict_at(section: Section, threshold: float | None, inherited: float | None) -> float | None:
     """A signal's evictAt: above its threshold (the gap is the hysteresis), and only with one.
     Not written here, it is `inherited` (a pool's signal: the base signal's) while that is still
@@ -245,30 +191,6 @@ def _evict_at(section: Section, threshold: float | None, inherited: float | None
             "moved from, which keeps the rebalancer from flapping",
         )
     return evict_at
-
-
-def _herd_guard(doc: Section, signals: tuple[Signal, ...], refresh: float) -> HerdGuard:
-    section = doc.section("herdGuard")
-    best_effort = section.section("bestEffort")
-    pod_usage = section.section("podUsage")
-    guard = HerdGuard(
-        enabled=section.setting(HerdGuard, "enabled", boolean),
-        window=section.setting(
-            HerdGuard, "window", positive_duration, derive_window((s.query for s in signals), refresh)
-        ),
-        cpu_limit_factor=section.setting(HerdGuard, "cpu_limit_factor", ratio),
-        memory_limit_factor=section.setting(HerdGuard, "memory_limit_factor", ratio),
-        best_effort_cpu=best_effort.setting(HerdGuard, "best_effort_cpu", _quantity),
-        best_effort_memory=best_effort.setting(HerdGuard, "best_effort_memory", _quantity),
-        burst_cap=section.setting(HerdGuard, "burst_cap", _count),
-        soft=section.setting(HerdGuard, "soft", boolean),
-        pod_usage_cpu=pod_usage.setting(HerdGuard, "pod_usage_cpu", promql_or_off),
-        pod_usage_memory=pod_usage.setting(HerdGuard, "pod_usage_memory", promql_or_off),
-    )
-    pod_usage.finish()
-    best_effort.finish()
-    section.finish()
-    return guard
 
 
 def _pools(doc: Section, signals: tuple[Signal, ...]) -> tuple[Pool, ...]:

@@ -13,7 +13,7 @@ import yaml
 
 from loadext.config.promql import syntax_error
 from loadext.config.schema import FieldError, default_of, key_of
-from loadext.config.units import parse_duration
+from loadext.config.units import parse_duration, quantity
 
 T = TypeVar("T")
 
@@ -211,3 +211,28 @@ def url(value: Any) -> str:
     if not re.match(r"^https?://[^/\s]+", text):
         raise ValueError(f"must be an http:// or https:// URL, got {text!r}")
     return text.rstrip("/")
+
+
+def quantity_value(value: Any) -> float:
+    parsed = quantity(value)
+    if parsed is None or parsed < 0:
+        raise ValueError(f"must be a Kubernetes quantity such as 250m or 200Mi, got {value!r}")
+    return parsed
+
+
+def count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def positive_count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ValueError("must be a list of names")
+    return tuple(value)

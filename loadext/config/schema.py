@@ -15,11 +15,12 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
+from loadext.config.promql import settle_time
 from loadext.scoring import DEFAULT_STRATEGY, STRATEGIES
 
 MISSING_DATA_POLICIES = ("pass", "reject")
@@ -197,32 +198,6 @@ class HerdGuard:
         """resource -> PromQL, for the resources whose learning is on."""
         queries = {"cpu": self.pod_usage_cpu, "memory": self.pod_usage_memory}
         return {resource: query for resource, query in queries.items() if query}
-
-
-_RANGE = re.compile(r"\[(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)(?::[^\]]*)?\]")
-_PROMQL_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-
-
-# rate(), increase(), deriv() and the *_over_time() functions average over their whole range, so
-# a series younger than the range reads low (rate's extrapolation is capped); irate() and plain
-# gauges do not. \b keeps irate( from matching rate(.
-_AVERAGING_RANGE = re.compile(
-    r"\b(?:rate|increase|deriv|\w+_over_time)\s*\([^\[]*\[(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)(?::[^\]]*)?\]"
-)
-
-
-def settle_time(queries: Iterable[str]) -> float:
-    """The longest range an averaging function in the queries reads over: until a new pod's
-    series is that old, its value is an under-read, not its usage."""
-    ranges = [float(n) * _PROMQL_UNITS[unit] for query in queries for n, unit in _AVERAGING_RANGE.findall(query)]
-    return max(ranges, default=0.0)
-
-
-def derive_window(queries: Iterable[str], refresh_interval: float) -> float:
-    """The longest range in the signals' PromQL (the rate window: how long until a new pod's
-    usage is fully visible), plus a refresh and a scrape; 5 minutes if no query has a range."""
-    ranges = [float(n) * _PROMQL_UNITS[unit] for query in queries for n, unit in _RANGE.findall(query)]
-    return max(ranges, default=300.0) + refresh_interval + 30.0
 
 
 @dataclass(frozen=True)

@@ -20,18 +20,13 @@ class NodeDirectory:
     """Node names and their IPs, as learnt from the API or from scheduler requests.
 
     With the Node watch, the watch's nodes are the directory: a name only a request gives is
-    not kept (it would be a node the API does not have, or one its watch has yet to report).
-    Without it, nodes are learnt from requests, kept until `ttl` seconds unseen (so a deleted
-    node stops being reported as unmapped) and at most `cap` of them, the least recently named
-    forgotten first: every refresh round reports on every known node, so one request naming
-    200 000 made-up nodes would otherwise make each round's work 200 000 nodes long for `ttl`.
-
-    Recording runs on every scheduling call, so it is O(1), and reading folds what was recorded.
-    A scheduler under load names the same candidates call after call: a list that looks like the
-    last one kept (same length, same first and last node) within `sample` seconds is not kept
-    again. Without that, 900 calls/s x 500 names piled up 2 million entries per refresh and the
-    fold stalled the event loop for 250 ms (measured); now it is at most 1/`sample` lists/s.
-    """
+    not kept. Without it, nodes are learnt from requests, kept until `ttl` seconds unseen and
+    at most `cap` of them, the least recently named forgotten first (every refresh round
+    reports on every known node: a request naming 200 000 made-up nodes must not make each
+    round that long). Recording is O(1), on every scheduling call; reading folds what was
+    recorded, and a list that looks like the last one kept (same length, same first and last
+    node) within `sample` seconds is not kept again (a scheduler under load names the same
+    candidates call after call)."""
 
     def __init__(
         self,
@@ -82,13 +77,10 @@ class NodeDirectory:
         labels: Mapping[str, Mapping[str, str]] | None = None,
         allocatable: Mapping[str, Mapping[str, float]] | None = None,
     ) -> None:
-        """Record the nodes named in a request; addresses, labels and allocatable come with
-        non-cache requests only.
-
-        O(1) on the scheduling path: the list is queued (unless it repeats the last one, see
-        the class) and folded in when someone reads the directory (the mapping check, explain).
-        Under a flood of distinct lists, the oldest queued ones drop. Once the Node watch has
-        listed, a request tells nothing the watch does not."""
+        """Record the nodes named in a request (addresses, labels and allocatable: non-cache
+        requests only). O(1): the list is queued (unless it repeats the last one) and folded in
+        when the directory is read; under a flood of distinct lists the oldest queued drop.
+        Once the Node watch has listed, a request tells nothing the watch does not."""
         if self._listed:
             return
         if len(names) > self._cap:

@@ -15,8 +15,11 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from loadext.config import Config, ConfigError, parse_config
+from loadext.config.serving import ConfigSource
+from loadext.sources import kube
 from loadext.telemetry.reload import ReloadMetrics
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,20 @@ class ConfigFileWatcher:
         while True:
             await asyncio.sleep(self.interval)
             self.check()
+
+
+def initial_text(source: ConfigSource, api: Any) -> tuple[str, str]:
+    """The config document at start, and where it came from (for log lines and errors): the
+    ConfigMap's key when --configmap names one (read through `api`), else the file."""
+    ref = source.configmap_ref
+    if ref is not None:
+        if api is None:
+            raise OSError("--configmap needs a Kubernetes API client (--kubeconfig, or run in a pod)")
+        text = kube.read_configmap(api, ref.namespace, ref.name, ref.key)
+        return text, f"configmap {ref.namespace}/{ref.name} key {ref.key}"
+    where = source.file or ""
+    with open(where, encoding="utf-8") as handle:
+        return handle.read(), where
 
 
 def _digest(text: str) -> str:

@@ -23,6 +23,7 @@ from loadext.core.ingest import Ingest
 from loadext.core.requests import BoundPod
 from loadext.shared.objects import ConfigMap, Node, Pod
 from loadext.sources import kube
+from loadext.sources.listwatch import ListWatch, whole_lists
 from loadext.sources.reload import ConfigReloader
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class Unchanged:
         self._table = array("q", bytes(8 * self.SLOTS))
 
 
-def watch_nodes(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Node]:
+def watch_nodes(api: Any, ingest: Ingest, health: Health) -> ListWatch[Node]:
     to_loop = Handoff(asyncio.get_running_loop())
 
     def on_list(nodes: list[Node]) -> None:
@@ -102,14 +103,14 @@ def watch_nodes(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Node
         else:
             to_loop(ingest.node_seen, node.info())
 
-    return kube.ListWatch(api.list_node, Node, kube.whole_lists(on_list), on_event, health).start()
+    return ListWatch(api.list_node, Node, whole_lists(on_list), on_event, health).start()
 
 
 async def supervise_pod_watch(api: Any, ingest: Ingest, health: Health, unwatched: Callable[[], None]) -> None:
     """Watch bound pods while the herd guard is enabled, so a ConfigMap edit can turn it on or
     off without a restart; stop watching (and forget) when it is off, and say so with
     `unwatched` (the health series goes: a stopped watch is neither current nor failing)."""
-    watch: kube.ListWatch[Pod] | None = None
+    watch: ListWatch[Pod] | None = None
     try:
         while True:
             enabled = ingest.config.herd_guard.enabled
@@ -126,7 +127,7 @@ async def supervise_pod_watch(api: Any, ingest: Ingest, health: Health, unwatche
             watch.stop.set()
 
 
-def _watch_pods(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Pod]:
+def _watch_pods(api: Any, ingest: Ingest, health: Health) -> ListWatch[Pod]:
     """Bound pods feed the herd guard's in-flight accounting."""
     to_loop, unchanged = Handoff(asyncio.get_running_loop()), Unchanged()
 
@@ -148,12 +149,12 @@ def _watch_pods(api: Any, ingest: Ingest, health: Health) -> kube.ListWatch[Pod]
         elif not unchanged.seen(bound):
             to_loop(ingest.pod_bound, bound)
 
-    return kube.ListWatch(
+    return ListWatch(
         api.list_pod_for_all_namespaces, Pod, on_page, on_event, health, field_selector="spec.nodeName!="
     ).start()
 
 
-def watch_configmap(api: Any, ref: ConfigMapRef, reloader: ConfigReloader, health: Health) -> kube.ListWatch[ConfigMap]:
+def watch_configmap(api: Any, ref: ConfigMapRef, reloader: ConfigReloader, health: Health) -> ListWatch[ConfigMap]:
     """Reload from the ConfigMap object; a rejected version is also written as an Event on it."""
     loop = asyncio.get_running_loop()
     to_loop = Handoff(loop)
@@ -185,10 +186,10 @@ def watch_configmap(api: Any, ref: ConfigMapRef, reloader: ConfigReloader, healt
             to_loop(offer, configmap)
 
     reloader.on_rejected = record_event
-    return kube.ListWatch(
+    return ListWatch(
         api.list_namespaced_config_map,
         ConfigMap,
-        kube.whole_lists(on_list),
+        whole_lists(on_list),
         on_event,
         health,
         namespace=ref.namespace,

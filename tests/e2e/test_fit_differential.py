@@ -31,8 +31,9 @@ from kubernetes import client
 from harness.cluster import Cluster
 from harness.kubernetes import ready_node_status, wait_until
 from loadext.actors import placement
+from loadext.actors.wire import ScheduledPod
 from loadext.core.rebalance.fit import Judge
-from loadext.sources.kube import list_all
+from loadext.sources.listwatch import list_all
 
 SEED = 20261207
 WORLDS = 20
@@ -340,7 +341,7 @@ def test_the_fit_agrees_with_the_real_scheduler(cluster: Cluster, pinning_schedu
         for probe in batch:  # the probes as the API server stored them (defaults and admission applied)
             stored = list_all(
                 core.list_namespaced_pod,
-                placement.ScheduledPod,
+                ScheduledPod,
                 namespace=probe.namespace,
                 field_selector=f"metadata.name={probe.name}",
             )

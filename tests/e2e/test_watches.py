@@ -1,4 +1,4 @@
-"""kube.ListWatch against the real API server: a list comes in pages (limit/continue, as
+"""listwatch.ListWatch against the real API server: a list comes in pages (limit/continue, as
 client-go's reflector asks), each page handed over as it comes, and the watch goes on from the
 list's resourceVersion. (A continue token expiring midway is tested with a stand-in server in
 tests/unit/test_watch.py: the real one expires tokens only when etcd compacts.)"""
@@ -13,7 +13,7 @@ from kubernetes import client
 from harness.cluster import Cluster
 from harness.kubernetes import wait_until
 from loadext.shared.objects import Pod
-from loadext.sources.kube import ListWatch
+from loadext.sources.listwatch import ListWatch
 
 
 def test_the_pod_list_comes_in_pages_and_the_watch_follows_it(cluster: Cluster, slug: str) -> None:

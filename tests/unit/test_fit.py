@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from loadext.actors import placement
+from loadext.actors.wire import ScheduledNode, ScheduledPod
 from loadext.config.units import whole_quantity
 from loadext.core.herd.usage import Usage
 from loadext.core.rebalance.fit import Judge, World, unverifiable
@@ -30,7 +31,7 @@ def node(name: str, zone: str = "a", cpu: str = "4", pods: str = "110", **spec: 
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
-    return placement.node_facts(msgspec.json.decode(msgspec.json.encode(wire), type=placement.ScheduledNode))
+    return placement.node_facts(msgspec.json.decode(msgspec.json.encode(wire), type=ScheduledNode))
 
 
 def pod(name: str = "web-1", cpu: str = "1", labels: dict[str, str] | None = None, **spec: Any) -> PodConstraints:
@@ -38,7 +39,7 @@ def pod(name: str = "web-1", cpu: str = "1", labels: dict[str, str] | None = Non
         "metadata": {"name": name, "namespace": "shop", "uid": f"uid-{name}", "labels": labels or {"app": "web"}},
         "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}], **spec},
     }
-    decoded = msgspec.json.decode(msgspec.json.encode(wire), type=placement.ScheduledPod)
+    decoded = msgspec.json.decode(msgspec.json.encode(wire), type=ScheduledPod)
     return placement.pod_facts(decoded).constraints
 
 
@@ -204,7 +205,7 @@ def candidate(constraints: PodConstraints) -> Candidate:
     facts = placement.pod_facts(
         msgspec.json.decode(
             msgspec.json.encode({"metadata": {"name": constraints.name, "namespace": "shop", "uid": constraints.uid}}),
-            type=placement.ScheduledPod,
+            type=ScheduledPod,
         )
     )
     return Candidate(facts.__class__(**{**facts.__dict__, "constraints": constraints}), Usage(1.0, 0.0), {"cpu": 0.25})

@@ -11,7 +11,7 @@ import pytest
 
 from harness.inprocess import HERD_GUARDED_CONFIG, client_for, post, stored_app
 from harness.wire import fixture_bytes
-from loadext.config.schema import settle_time
+from loadext.config.promql import settle_time
 from loadext.core.herd.learned import Estimate, UsageHistory, owner_of
 from loadext.core.herd.usage import Usage
 from loadext.core.requests import BoundPod, ExtenderArgs, PodRef

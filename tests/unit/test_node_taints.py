@@ -80,7 +80,7 @@ def test_a_failed_daemon_set_read_keeps_the_last_count_and_says_why(caplog: pyte
     keeper = NodeTaintKeeper(client.CoreV1Api(client.ApiClient(configuration)), metrics)
     keeper._tainted = {"hot": frozenset({REFUSED_TAINT})}  # as a sync would have left it
     keeper.held = {"hot": ["agents/agent"]}
-    nothing = placement.Cluster(World([node("hot", REFUSED)], [], {}), {}, [])
+    nothing = placement.ClusterView(World([node("hot", REFUSED)], [], {}), {}, [])
     keeper.count_held_back(nothing)
     assert keeper.held == {"hot": ["agents/agent"]}
     assert "daemon pods held back by the refused taint not counted: listing daemonsets failed" in caplog.text

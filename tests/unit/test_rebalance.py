@@ -351,7 +351,7 @@ async def test_a_lease_lost_mid_cycle_evicts_nothing_more() -> None:
         for i in range(3)
     ]
     steps[0] = replace(steps[0], usage=drifted)
-    nothing = placement.Cluster(World([], [], {}), {}, [])
+    nothing = placement.ClusterView(World([], [], {}), {}, [])
     done = await rebalancer._carry_out(steps, dry_run=False, window=60.0, cluster=nothing)
     assert api.evicted == ["shop/p0"]
     assert [(d.result, d.skipped) for d in done] == [

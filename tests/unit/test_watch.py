@@ -1,4 +1,4 @@
-"""kube.ListWatch with a stand-in for one list call of the kubernetes client (the end-to-end
+"""listwatch.ListWatch with a stand-in for one list call of the kubernetes client (the end-to-end
 suite runs it against the real API server): what reaches on_list and on_event, and which
 resourceVersion each request asks for, when the server ends a watch, sends a bookmark, says
 410 Gone, or sends a body that does not decode."""
@@ -19,7 +19,8 @@ from kubernetes.client.exceptions import ApiException
 from loadext.core.requests import BoundPod
 from loadext.http.protocol import Codec
 from loadext.shared.objects import Node, Pod
-from loadext.sources.kube import API_TIMEOUT, ListWatch, bound_pod, whole_lists
+from loadext.sources.kube import API_TIMEOUT, bound_pod
+from loadext.sources.listwatch import ListWatch, whole_lists
 from loadext.sources.watches import Handoff, Unchanged
 
 
