@@ -18,7 +18,7 @@ from harness.config import as_yaml, loadext_config, stored_config
 from harness.exporter import Exporter
 from harness.waiting import eventually
 from loadext.app import App
-from loadext.config.serving import Limits
+from loadext.config.serving import ConfigSource, Limits
 from loadext.core.snapshot import SignalValues
 
 STORED_CONFIG = stored_config()
@@ -114,7 +114,7 @@ async def start_loadext(
     text = config if isinstance(config, str) else as_yaml(config)
     if write:
         await asyncio.to_thread(path.write_text, text)
-    app = App(text, str(path), config_path=str(path), reload_interval=reload_interval)
+    app = App(text, str(path), source=ConfigSource(file=str(path), reload_interval=reload_interval))
     client = await aiohttp_client(app.web_app(path_prefix))
     return Loadext(client, app, path)
 

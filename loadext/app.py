@@ -26,7 +26,7 @@ from loadext.actors import requeue
 from loadext.actors.lease import Lease, holder_identity
 from loadext.actors.rebalancer import Done, Rebalancer
 from loadext.config import Config, PrometheusConfig, parse_config
-from loadext.config.serving import ConfigMapRef, Limits, ServeOptions
+from loadext.config.serving import ConfigMapRef, ConfigSource, KubeAccess, Limits, ServeOptions
 from loadext.core.cluster import Cluster
 from loadext.core.explain import explain, node_states_builder
 from loadext.core.extender import Extender
@@ -59,19 +59,16 @@ class App:
     def __init__(
         self,
         text: str,
-        source: str = "config",
+        where: str = "config",  # where `text` came from, for errors and log lines
         *,
         config: Config | None = None,  # `text` parsed already
-        config_path: str | None = None,
-        reload_interval: float = 2.0,
-        configmap: ConfigMapRef | None = None,
+        source: ConfigSource | None = None,  # where reloads come from (none: the config stays)
+        kube: KubeAccess | None = None,
         kube_api: Any = None,  # kubernetes.client.CoreV1Api (the client ships no type hints)
-        watch_nodes: bool = False,
-        requeue_stranded: bool = False,
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        config = config or parse_config(text, source=source)
+        config = config or parse_config(text, source=where)
         self.telemetry = Telemetry()
         self.telemetry.reload.accepted()
         self.cluster = Cluster(config, clock=clock)  # the Ingest port every source feeds
@@ -95,12 +92,14 @@ class App:
             waiting_for=self.readiness.waiting_for,
         )
         self.rebalancer: Rebalancer | None = None  # with an API client: built in _background
-        self.config_watcher = ConfigFileWatcher(config_path, self.reloader, reload_interval) if config_path else None
-        self.configmap = configmap
+        source, kube = source or ConfigSource(), kube or KubeAccess()
+        watcher = ConfigFileWatcher(source.file, self.reloader, source.reload_interval) if source.file else None
+        self.config_watcher = watcher
+        self.configmap = source.configmap_ref
         self.kube_api = kube_api
         # The herd guard needs Node allocatable: with it on at start, watch Nodes as well.
-        self.watch_nodes = watch_nodes or config.herd_guard.enabled
-        self.requeue_stranded = requeue_stranded
+        self.watch_nodes = kube.watch_nodes or config.herd_guard.enabled
+        self.requeue_stranded = kube.requeue_stranded
         self._rendered: tuple[object, ...] = ()  # what the per-node metrics were last rendered from
         cluster = self.cluster
         self.telemetry.refresh.watch_degraded(lambda: cluster.explained.table().degraded)
@@ -234,12 +233,9 @@ def serve(options: ServeOptions) -> int:
         text,
         where,
         config=config,
-        config_path=source.file,
-        reload_interval=source.reload_interval,
-        configmap=source.configmap_ref,
+        source=source,
+        kube=kube_access,
         kube_api=api,
-        watch_nodes=kube_access.watch_nodes,
-        requeue_stranded=kube_access.requeue_stranded,
         limits=options.limits,
     )
     web_app = app.web_app(ports.path_prefix)
