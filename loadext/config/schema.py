@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
@@ -233,7 +233,13 @@ class Pool:
     signals: tuple[Signal, ...] = setting("signals")  # the full signal list with this pool's thresholds and weights
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(labels.get(key) == value for key, value in self.node_selector)
+        return every_label(self.node_selector, labels)
+
+
+def every_label(pairs: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> bool:
+    """A nodeSelector's rule (a pool's, and Kubernetes' nodeSelector and matchLabels alike):
+    each key present with exactly this value."""
+    return all(labels.get(key) == value for key, value in pairs)
 
 
 @dataclass(frozen=True)

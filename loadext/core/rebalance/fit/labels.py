@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from loadext.config.schema import every_label
 from loadext.core.rebalance.fit.model import (
     NAME_FIELD,
     LabelSelector,
@@ -63,11 +64,6 @@ def node_affinity_matches(
     if not every_label(node_selector.items(), labels):
         return False
     return terms is None or any(term_matches(term, name, labels) for term in terms)
-
-
-def every_label(pairs: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> bool:
-    """matchLabels' and nodeSelector's rule: each key present with exactly this value."""
-    return all(labels.get(key) == value for key, value in pairs)
 
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
