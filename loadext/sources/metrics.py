@@ -58,10 +58,11 @@ class LiveSource:
             current = self._current
             if current is not None and current[0] == wanted:
                 return current[1]
-            self._current = (wanted, self._build(wanted))
+            built = self._build(wanted)
+            self._current = (wanted, built)
         if current is not None:
             current[1].close()  # a query in flight on it still ends: its connection is not pooled now
-        return self._current[1]
+        return built  # not self._current: a close() from another thread may have cleared it since
 
     def query(self, signal: str, promql: str, identity: NodeIdentity) -> QueryResult:
         return self._source().query(signal, promql, identity)
