@@ -277,11 +277,12 @@ def serve(options: ServeOptions) -> int:
 
 def rebalance_once(config: Config, kubeconfig: str | None, dry_run: bool) -> tuple[str, list[Done]]:
     """`loadext rebalance --once`: one refresh, then one cycle on what it shows. With one round
-    there is no streak to wait for: a node at or above evictAt now is hot (hotFor 1)."""
+    there is no streak to wait for: a node at or above evictAt now is hot (hotFor 1), and one only
+    over its threshold is not (overFor 0: one round cannot say how long it has been there)."""
     api = kube.api_client(kubeconfig)
     if api is None:
         raise kube.KubeError("rebalance needs the Kubernetes API: give --kubeconfig, or run it in a pod")
-    now_hot = dataclasses.replace(config.rebalance, enabled=True, hot_for=1)
+    now_hot = dataclasses.replace(config.rebalance, enabled=True, hot_for=1, over_for=0)
     cluster = Cluster(dataclasses.replace(config, rebalance=now_hot))
     cluster.nodes_listed([node.info() for node in listwatch.list_nodes(api)])
     telemetry, source = Telemetry(), metrics_source(config.prometheus)

@@ -88,6 +88,8 @@ DESCHEDULER = ("sigs.k8s.io/descheduler", "descheduler", "./cmd/descheduler", "v
 WORKLOADS = ("web", "api", "cart", "search", "feed", "mail")
 COOL_CORES = 0.4
 HOT_FOR, CYCLE = 3, 5  # loadext's rebalancer: refreshes at or above evictAt, seconds between cycles
+OVER_FOR = 30  # refreshes over the threshold to be hot too: 30 s at 1 s refreshes (the default 40 refreshes
+# are 10 minutes at the default 15 s, longer than the whole observation window)
 EVICT_AT = THRESHOLD + 0.05  # loadext's default evictAt
 WINDOW = RATE_WINDOW + 5  # the herd window: a new pod's usage fills the node signal's rate() by then
 PENDING_TOO_LONG = 60.0
@@ -410,6 +412,7 @@ def loadext_config(arm: Arm, prom_url: str) -> dict[str, Any]:
             "mode": "evict",
             "hotFor": HOT_FOR,
             "coolFor": 3,
+            "overFor": OVER_FOR,
             "cycle": f"{CYCLE}s",
             "minPodAge": "10s",
             "maxPerCycle": 5,

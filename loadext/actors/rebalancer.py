@@ -272,6 +272,8 @@ def _streak(heat: SignalHeat) -> dict[str, Any]:
         "evictAt": heat.evict_at,
         "hot": heat.hot,
         "streak": heat.streak,
+        "over": heat.over,
+        "lingered": heat.lingered,
         "since": heat.since,
     }
 

@@ -119,8 +119,14 @@ def _rebalance_lines(rebalance: dict[str, Any] | None, now: float) -> list[str]:
     for node, streaks in sorted(rebalance["nodes"].items()):
         for s in streaks:
             value = "no data" if s["value"] is None else f"{s['value'] * 100:.0f}%"
-            state = f"hot for {now - s['since']:.0f}s" if s["hot"] else f"heating ({s['streak']} refreshes)"
-            lines.append(f"  {node} {s['signal']} {value} (evictAt {s['evictAt'] * 100:g}%): {state}")
+            if s["hot"]:
+                state = f"hot for {now - s['since']:.0f}s" + (
+                    " (over its threshold for overFor)" if s["lingered"] else ""
+                )
+            else:
+                state = f"heating ({s['streak']} refreshes at or above evictAt, {s['over']} over the threshold)"
+            level = f"threshold {s['threshold'] * 100:g}%, evictAt {s['evictAt'] * 100:g}%"
+            lines.append(f"  {node} {s['signal']} {value} ({level}): {state}")
     for move in rebalance["last"][:10]:
         where = move.get("target") or move.get("skipped") or move.get("detail") or ""
         lines.append(f"  {move['result']}: {move['pod'] or move['node']} ({move['reason']}) {where}".rstrip())

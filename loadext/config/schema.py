@@ -209,6 +209,8 @@ class Rebalance:
     mode: str = setting("mode", "dryRun", choice(*REBALANCE_MODES))  # dryRun: plan, count and tell; evict: act
     hot_for: int = setting("hotFor", 5)  # consecutive refreshes at or above evictAt to be hot
     cool_for: int = setting("coolFor", 3)  # consecutive refreshes within the threshold to be cool again
+    # consecutive refreshes over the threshold (under evictAt) to be hot too; 0: only evictAt heats
+    over_for: int = setting("overFor", 40)
     cycle: float = setting("cycle", 60.0, DURATION)
     max_per_node_per_cycle: int = setting("maxPerNodePerCycle", 1)
     max_per_cycle: int = setting("maxPerCycle", 5)

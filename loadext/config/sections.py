@@ -26,6 +26,7 @@ def rebalance(section: Section) -> Rebalance:
         mode=section.setting(Rebalance, "mode", choice(*REBALANCE_MODES)),
         hot_for=section.setting(Rebalance, "hot_for", positive_count),
         cool_for=section.setting(Rebalance, "cool_for", positive_count),
+        over_for=section.setting(Rebalance, "over_for", count),
         cycle=section.setting(Rebalance, "cycle", positive_duration),
         max_per_node_per_cycle=section.setting(Rebalance, "max_per_node_per_cycle", count),
         max_per_cycle=section.setting(Rebalance, "max_per_cycle", count),

@@ -122,7 +122,7 @@ class Cluster:
         state.cache.forget_signals_except({s.name for s in config.signals})
         state.signal_health.forget_except({s.name for s in config.signals})
         state.cache.rebuild()
-        state.streaks.forget()  # thresholds, evictAt or hotFor may have changed: count afresh
+        state.streaks.forget()  # thresholds, evictAt, hotFor or overFor may have changed: count afresh
 
     # --- refresh rounds -----------------------------------------------------------------------
 
@@ -147,9 +147,8 @@ class Cluster:
         config = state.config
         if config.rebalance.enabled and round.snapshot is not previous:  # a counted snapshot has nothing new
             state.streaks.observe(
-                round.snapshot, state.tables.signals_of(), config.max_data_age, state.clock(),
-                config.rebalance.hot_for, config.rebalance.cool_for,
-            )  # fmt: skip
+                round.snapshot, state.tables.signals_of(), config.max_data_age, state.clock(), config.rebalance
+            )
 
     def refreshed(self, values: Iterable[SignalValues]) -> Round:
         built = self.round_builder()(values)

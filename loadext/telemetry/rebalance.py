@@ -13,7 +13,11 @@ STATES = ("off", "standby", "paused", "active")
 
 class RebalanceMetrics:
     def __init__(self, r: CollectorRegistry) -> None:
-        self.hot_nodes = Gauge("loadext_rebalance_hot_nodes", "Nodes hot (at or above evictAt for hotFor).", registry=r)
+        self.hot_nodes = Gauge(
+            "loadext_rebalance_hot_nodes",
+            "Nodes hot (at or above evictAt for hotFor, or over the threshold for overFor).",
+            registry=r,
+        )
         self.evictions = Counter(
             "loadext_rebalance_evictions",
             "Moves the rebalancer planned, by what came of them (evicted, pdb_blocked, dry_run, failed, "

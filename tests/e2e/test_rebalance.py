@@ -160,7 +160,10 @@ def test_a_hot_node_sheds_a_pod_within_its_budget_to_a_cool_node(
         assert step["node"] == hot and step["target"] in cool and step["reason"].startswith("node cpu 95% >= 85% for ")
         assert rebalance_report(leader)["nodes"][hot][0]["hot"] is True
         table = format_explain(leader.get_json("/explain"))
-        assert "rebalancer: active, mode dryRun" in table and f"  {hot} cpu 95% (evictAt 85%): hot for " in table
+        assert (
+            "rebalancer: active, mode dryRun" in table
+            and f"  {hot} cpu 95% (threshold 80%, evictAt 85%): hot for " in table
+        )
         assert pods_of(cluster, slug) == placed
         planned = once(cluster, tmp_path)  # the SRE's one-shot: the same plan
         mine = [(p["result"], p.get("target") in cool) for p in planned if p["node"] == hot]  # other tests' nodes too
@@ -310,9 +313,11 @@ def told(loadext: LoadextProcess, slug: str) -> list[dict[str, Any]]:
     return [r for r in replacements if r["workload"] == f"{E2E_NAMESPACE}/ReplicaSet/{slug}"]
 
 
-def two_pods_on_a_node_gone_hot(cluster: Cluster, exporter: Exporter, slug: str) -> tuple[str, str, FakeKubelet]:
+def two_pods_on_a_node_gone_hot(
+    cluster: Cluster, exporter: Exporter, slug: str, cpu: float = 0.95
+) -> tuple[str, str, FakeKubelet]:
     """A hot node and a cool one; a two-pod ReplicaSet `slug` placed on the hot one while it was
-    cool, both running; then it runs hot. Returns (hot, cool, the kubelet playing both)."""
+    cool, both running; then it runs hot (`cpu`). Returns (hot, cool, the kubelet playing both)."""
     hot, cool = f"{slug}-hot", f"{slug}-cool"
     for node in (hot, cool):
         make_node(cluster.core, node, slug)
@@ -330,7 +335,7 @@ def two_pods_on_a_node_gone_hot(cluster: Cluster, exporter: Exporter, slug: str)
     )
     wait_until(lambda: list(pods_of(cluster, slug).values()) == [hot, hot], "both replicas on the cool node")
     wait_until(lambda: all(p.status.phase == "Running" for p in workload(cluster, slug)), "both running")
-    drifted = {hot: (0.95, 0.3), cool: (0.3, 0.3)}
+    drifted = {hot: (cpu, 0.3), cool: (0.3, 0.3)}
     set_load(exporter, drifted)
     wait_loadext_sees(cluster, drifted)
     return hot, cool, kubelet
@@ -406,6 +411,33 @@ def test_a_replacement_whose_node_goes_over_a_threshold_pauses_its_workload(
         assert (settled["outcome"], settled["target"], settled["node"]) == ("hot", cool, cool), settled
         assert settled["detail"].endswith(f"landed on {cool}, which is over a threshold now"), settled
         assert f"{E2E_NAMESPACE}/ReplicaSet/{slug}" in rebalance_report(cluster.loadext)["paused"]
+    finally:
+        cleanup(cluster, slug, kubelet)
+
+
+def test_a_node_left_just_over_its_threshold_is_relieved_after_over_for(
+    cluster: Cluster, controllers: Process, exporter: Exporter, slug: str, tmp_path: Any
+) -> None:
+    """The drift leaves the node at 83 %: over its threshold (80 %), so the filter refuses it,
+    but under evictAt (85 %). The SRE's one-shot plan, which cannot tell how long it has been
+    there, leaves it; the serving rebalancer plans a move once it has been over for overFor."""
+    lingering, cool, kubelet = two_pods_on_a_node_gone_hot(cluster, exporter, slug, cpu=0.83)
+    try:
+        assert [step for step in once(cluster, tmp_path) if step["node"] == lingering] == []
+        cluster.loadext.set_config(rebalancing(cluster, mode="dryRun", overFor=3))
+
+        def planned() -> list[dict[str, Any]]:
+            last = rebalance_report(cluster.loadext)["last"]
+            return [s for s in last if s["node"] == lingering and s["result"] == "dry_run"]
+
+        wait_until(planned, "a planned move off the node left over its threshold")
+        [step] = planned()[:1]
+        assert step["target"] == cool and step["reason"].startswith("node cpu 83% > 80% (overFor) for "), step
+        [signal] = rebalance_report(cluster.loadext)["nodes"][lingering]
+        assert (signal["hot"], signal["lingered"]) == (True, True), signal
+        table = format_explain(cluster.loadext.get_json("/explain"))
+        assert f"  {lingering} cpu 83% (threshold 80%, evictAt 85%): hot for " in table
+        assert "s (over its threshold for overFor)" in table
     finally:
         cleanup(cluster, slug, kubelet)
 

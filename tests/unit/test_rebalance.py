@@ -46,13 +46,16 @@ def test_rebalance_defaults_and_every_setting() -> None:
     config = parse_config(
         BASE
         + "signals: [{name: cpu, query: q, threshold: 0.8, evictAt: 0.9}]\n"
-        + "rebalance: {enabled: true, mode: evict, hotFor: 3, coolFor: 2, cycle: 30s, maxPerNodePerCycle: 2,"
-        + " maxPerCycle: 10, maxUnavailablePerWorkload: 2, minPodAge: 1m, excludedNamespaces: [kube-system, infra],"
+        + "rebalance: {enabled: true, mode: evict, hotFor: 3, coolFor: 2, overFor: 12, cycle: 30s,"
+        + " maxPerNodePerCycle: 2, maxPerCycle: 10, maxUnavailablePerWorkload: 2, minPodAge: 1m,"
+        + " excludedNamespaces: [kube-system, infra],"
         + " evictLocalStorage: true, taints: {hot: true, refused: true}}"
     )
     assert config.rebalance == Rebalance(
-        True, "evict", 3, 2, 30.0, 2, 10, 2, 60.0, ("kube-system", "infra"), True, True, True
-    )
+        enabled=True, mode="evict", hot_for=3, cool_for=2, over_for=12, cycle=30.0,
+        max_per_node_per_cycle=2, max_per_cycle=10, max_unavailable_per_workload=2, min_pod_age=60.0,
+        excluded_namespaces=("kube-system", "infra"), evict_local_storage=True, taint_hot=True, taint_refused=True,
+    )  # fmt: skip
     assert config.signals[0].evict_level == 0.9
     default = parse_config(BASE + "signals: [{name: cpu, query: q, threshold: 0.8}]").signals[0]
     assert default.evict_level == pytest.approx(0.85)
@@ -108,14 +111,15 @@ def test_a_pools_evict_at_follows_its_threshold() -> None:
 # --- streaks ---------------------------------------------------------------------------------
 
 
-def run_rounds(values: list[float | None], hot_for: int = 3, cool_for: int = 2) -> list[bool]:
+def run_rounds(values: list[float | None], hot_for: int = 3, cool_for: int = 2, over_for: int = 0) -> list[bool]:
     """Each round one fresh sample (None: no sample); whether n1's cpu is hot after each."""
     streaks, hot = HotStreaks(), []
+    policy = Rebalance(hot_for=hot_for, cool_for=cool_for, over_for=over_for)
     for round_index, value in enumerate(values):
         now = 1000.0 + 15 * round_index
         samples = {} if value is None else {"cpu": Sample(value, now)}
         snapshot = Snapshot({"n1": samples, "n2": {"cpu": Sample(0.1, now)}}, {"cpu": now}, round_index + 1)
-        streaks.observe(snapshot, lambda _: (CPU,), 60.0, now, hot_for, cool_for)
+        streaks.observe(snapshot, lambda _: (CPU,), 60.0, now, policy)
         hot.append("n1" in streaks.hot_identities())
     return hot
 
@@ -141,7 +145,7 @@ def test_missing_or_stale_data_never_heats_a_node() -> None:
     streaks, now = HotStreaks(), 1000.0
     old = Snapshot({"n1": {"cpu": Sample(0.95, now - 120)}}, {"cpu": now}, 1)
     for index in range(5):  # the same old sample every round: stale, never counted
-        streaks.observe(old, lambda _: (CPU,), 60.0, now + index, 1, 1)
+        streaks.observe(old, lambda _: (CPU,), 60.0, now + index, Rebalance(hot_for=1, cool_for=1))
     assert streaks.hot_identities() == set()
 
 
@@ -149,24 +153,35 @@ def test_the_same_sample_counts_once() -> None:
     streaks, now = HotStreaks(), 1000.0
     snapshot = Snapshot({"n1": {"cpu": Sample(0.95, now)}}, {"cpu": now}, 1)
     for index in range(4):  # a refresh that failed leaves the last sample: not a new refresh
-        streaks.observe(snapshot, lambda _: (CPU,), 60.0, now + index, 2, 1)
+        streaks.observe(snapshot, lambda _: (CPU,), 60.0, now + index, Rebalance(hot_for=2, cool_for=1))
     assert streaks.hot_identities() == set()
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.none(), st.floats(0, 1)), max_size=30))
-def test_hot_exactly_when_the_last_hot_for_rounds_say_so(values: list[float | None]) -> None:
-    """A reference model of the hysteresis, round by round."""
-    hot, above, within, expected = False, 0, 0, []
+def test_over_the_threshold_for_over_for_rounds_is_hot_too() -> None:
+    # 0.82 is over the threshold (0.8), under evictAt (0.85): hot after overFor rounds of it
+    assert run_rounds([0.82] * 5, over_for=4) == [False, False, False, True, True]
+    assert run_rounds([0.82] * 5, over_for=0) == [False] * 5  # 0: evictAt alone heats
+    assert run_rounds([0.82, 0.82, 0.8, 0.82, 0.82], over_for=3) == [False] * 5  # at the threshold resets
+    assert run_rounds([0.82, 0.9, 0.82, 0.9], over_for=4) == [False, False, False, True]  # both count as over
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.floats(0, 1)), max_size=30), st.sampled_from([0, 2, 5]))
+def test_hot_exactly_when_the_last_rounds_say_so(values: list[float | None], over_for: int) -> None:
+    """A reference model of the hysteresis, round by round: hotFor (3) at or above evictAt,
+    or overFor over the threshold, heat; coolFor (2) within the threshold cools."""
+    hot, above, over, within, expected = False, 0, 0, 0, []
     for value in values:
         if not hot:
             above = above + 1 if value is not None and value >= 0.85 else 0
-            hot, above = (True, 0) if above >= 3 else (False, above)
+            over = over + 1 if value is not None and value > 0.8 else 0
+            if above >= 3 or (over_for and over >= over_for):
+                hot, above, over = True, 0, 0
         else:
             within = within + 1 if value is not None and value <= 0.8 else 0
             hot, within = (False, 0) if within >= 2 else (True, within)
         expected.append(hot)
-    assert run_rounds(values) == expected
+    assert run_rounds(values, over_for=over_for) == expected
 
 
 # --- which pods may move -----------------------------------------------------------------------
@@ -243,7 +258,7 @@ def test_no_smaller_set_covers(usages: list[int], need: int) -> None:
 
 
 def hot_node(name: str, cpu: float, pods: list[Candidate]) -> HotNode:
-    heat = SignalHeat("cpu", cpu, 0.8, 0.85, True, 0, NOW - 300)
+    heat = SignalHeat("cpu", cpu, 0.8, 0.85, True, 0, 0, False, NOW - 300)
     return HotNode(name, (heat,), {"cpu": cpu - 0.8}, tuple(pods))
 
 

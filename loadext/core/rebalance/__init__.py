@@ -1,7 +1,7 @@
 """Rebalancing after placement, on the signals and thresholds the filter uses (docs/rebalancing.md).
 
 - streaks.py: which nodes run hot, with hysteresis (hot after `hotFor` refreshes at or above
-  `evictAt`, cool after `coolFor` within the threshold);
+  `evictAt` or `overFor` over the threshold, cool after `coolFor` within it);
 - selection.py and candidates.py: which pods of a hot node may move, and the fewest that bring
   it back within its thresholds;
 - fit/: whether kube-scheduler's default filters would accept a pod's replacement on a node;

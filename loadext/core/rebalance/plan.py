@@ -41,7 +41,8 @@ class HotNode:
         parts = []
         for heat in self.signals:
             value = "no data" if heat.value is None else f"{heat.value:.0%}"
-            parts.append(f"{heat.signal} {value} >= {heat.evict_at:.0%} for {_duration(now - heat.since)}")
+            level = f"> {heat.threshold:.0%} (overFor)" if heat.lingered else f">= {heat.evict_at:.0%}"
+            parts.append(f"{heat.signal} {value} {level} for {_duration(now - heat.since)}")
         return "node " + ", ".join(parts)
 
     @property

@@ -1,10 +1,13 @@
 """Which nodes run hot: per node and signal, a streak of refreshes, with hysteresis.
 
 A signal of a node turns *hot* after `hotFor` consecutive refreshes whose fresh value is at or
-above its `evictAt`, and *cool* again after `coolFor` consecutive refreshes within its filter
+above its `evictAt`, or after `overFor` consecutive refreshes over its filter threshold (0: never
+for that alone), and *cool* again after `coolFor` consecutive refreshes within its filter
 threshold (Koordinator's LowNodeLoad counts 5 abnormal and 3 normal checks alike). Between the
-threshold and evictAt a hot signal stays hot and a cool one stays cool: the gap keeps a node
-near its threshold from being moved from and back. A node is hot while any signal is.
+threshold and evictAt a hot signal stays hot and a cool one stays cool for up to `overFor`
+refreshes: the gap keeps a node near its threshold from being moved from and back on a passing
+rise, and `overFor` keeps a node the load left just over its threshold from staying there for
+good (refused by the filter, so nothing more lands on it, but never relieved).
 
 Only a new sample counts: a refresh whose query failed leaves the last sample in the snapshot
 until maxDataAge, and counting it again would heat a node on data that did not change. Stale
@@ -18,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadext.config import Signal
+from loadext.config.schema import Rebalance
 from loadext.core.snapshot import Snapshot
 
 
@@ -25,6 +29,8 @@ from loadext.core.snapshot import Snapshot
 class Streak:
     hot: bool = False
     count: int = 0  # consecutive refreshes towards the other state
+    over: int = 0  # while cool: consecutive refreshes over the threshold, towards overFor
+    lingered: bool = False  # hot by overFor, not by evictAt
     since: float = 0.0  # when the signal turned hot (or cool)
     seen: float = 0.0  # the timestamp of the last sample counted
 
@@ -39,6 +45,8 @@ class SignalHeat:
     evict_at: float
     hot: bool
     streak: int  # refreshes at or above evictAt (cool), or within the threshold (hot)
+    over: int  # while cool: refreshes over the threshold, towards overFor
+    lingered: bool  # hot because it stayed over the threshold for overFor, not at evictAt
     since: float  # hot since (or cool since)
 
 
@@ -52,11 +60,10 @@ class HotStreaks:
         signals_of: Callable[[str], tuple[Signal, ...]],
         max_age: float,
         now: float,
-        hot_for: int,
-        cool_for: int,
+        policy: Rebalance,
     ) -> None:
         """One refresh round: count every (node, signal) whose sample is new."""
-        streaks = self._streaks
+        streaks, over_for = self._streaks, policy.over_for
         for identity in [i for i, _ in streaks if i not in snapshot.by_identity]:
             for key in [k for k in streaks if k[0] == identity]:
                 del streaks[key]
@@ -76,24 +83,27 @@ class HotStreaks:
                     continue
                 if streak is not None and sample.timestamp <= streak.seen:
                     continue  # the same sample as last round: nothing new to count
+                lingering = over_for > 0 and signal.over(sample.value)
                 if streak is None:
-                    if sample.value < level:
+                    if sample.value < level and not lingering:
                         continue
                     streak = streaks[key] = Streak(since=now)
                 streak.seen = sample.timestamp
                 if not streak.hot:
                     streak.count = streak.count + 1 if sample.value >= level else 0
-                    if streak.count >= hot_for:
-                        streak.hot, streak.count, streak.since = True, 0, now
-                    elif streak.count == 0:
+                    streak.over = streak.over + 1 if lingering else 0
+                    if streak.count >= policy.hot_for or (lingering and streak.over >= over_for):
+                        streak.lingered = streak.count < policy.hot_for
+                        streak.hot, streak.count, streak.over, streak.since = True, 0, 0, now
+                    elif streak.count == 0 and streak.over == 0:
                         del streaks[key]
                 else:
                     streak.count = streak.count + 1 if not signal.over(sample.value) else 0
-                    if streak.count >= cool_for:
+                    if streak.count >= policy.cool_for:
                         del streaks[key]  # cool again: nothing left to remember
 
     def forget(self) -> None:
-        """A new config (thresholds, evictAt, hotFor): every streak starts again."""
+        """A new config (thresholds, evictAt, hotFor, overFor): every streak starts again."""
         self._streaks.clear()
 
     def hot_identities(self) -> set[str]:
@@ -110,6 +120,9 @@ class HotStreaks:
                 continue
             sample = snapshot.by_identity.get(identity, {}).get(name)
             value = sample.value if sample is not None and sample.fresh(now, max_age) else None
-            heat = SignalHeat(name, value, signal.threshold, signal.evict_level, streak.hot, streak.count, streak.since)
+            heat = SignalHeat(
+                name, value, signal.threshold, signal.evict_level, streak.hot, streak.count, streak.over,
+                streak.lingered, streak.since,
+            )  # fmt: skip
             out.setdefault(identity, []).append(heat)
         return out
