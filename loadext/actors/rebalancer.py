@@ -148,7 +148,7 @@ class Rebalancer:
         holds = Holds({uid for uid, until in self._backoff.items() if until > now}, self._paused(now))
         nodes = [
             hot_node(
-                node, signals, heat.over.get(node, {}), heat.allocatable.get(node, {}),
+                node, cluster.world.nodes.get(node), signals, heat.over.get(node, {}), heat.allocatable.get(node, {}),
                 cluster.pods.get(node, ()), usage, policy, holds, now,
             )
             for node, signals in hot.items()

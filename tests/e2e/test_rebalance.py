@@ -442,6 +442,25 @@ def test_a_node_left_just_over_its_threshold_is_relieved_after_over_for(
         cleanup(cluster, slug, kubelet)
 
 
+def test_no_pod_moves_off_a_hot_node_whose_kubelet_says_not_ready(
+    cluster: Cluster, controllers: Process, exporter: Exporter, slug: str, tmp_path: Any
+) -> None:
+    """Found by the cluster soak: a hot node whose kubelet reports NotReady is the node lifecycle
+    controller's to empty (its taints and tolerationSeconds), and its metrics may be the last
+    it sent. The plan keeps its pods and says why."""
+    hot, _, kubelet = two_pods_on_a_node_gone_hot(cluster, exporter, slug)
+    try:
+        moved = [s for s in once(cluster, tmp_path) if s["node"] == hot]
+        assert [s["result"] for s in moved] == ["dry_run"], moved  # Ready: a pod would move
+        not_ready = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "e2e: runtime down"}
+        cluster.core.patch_node_status(hot, {"status": {"conditions": [not_ready]}})
+        [kept] = [s for s in once(cluster, tmp_path) if s["node"] == hot]
+        assert (kept["result"], kept["pod"]) == ("no_candidate", ""), kept
+        assert "the node is not Ready: the node lifecycle controller decides what leaves it" in kept["skipped"]
+    finally:
+        cleanup(cluster, slug, kubelet)
+
+
 def test_the_refused_taint_keeps_daemon_pods_off_a_node_and_says_how_many(
     cluster: Cluster, controllers: Process, exporter: Exporter, slug: str
 ) -> None:

@@ -17,8 +17,10 @@ from loadext.config import ConfigError, parse_config
 from loadext.config.schema import Rebalance, Signal
 from loadext.core.cluster import Cluster
 from loadext.core.herd.usage import Usage
+from loadext.core.rebalance.candidates import Holds
+from loadext.core.rebalance.candidates import hot_node as hot_node_of
 from loadext.core.rebalance.fit import World
-from loadext.core.rebalance.fit.model import PodConstraints
+from loadext.core.rebalance.fit.model import NodeFacts, PodConstraints
 from loadext.core.rebalance.plan import HotNode, Pacing, Step, plan
 from loadext.core.rebalance.selection import SYSTEM_CLUSTER_CRITICAL, Candidate, PodFacts, choose, exclusion
 from loadext.core.rebalance.streaks import HotStreaks, SignalHeat
@@ -252,6 +254,25 @@ def test_no_smaller_set_covers(usages: list[int], need: int) -> None:
     if covers:
         assert len(chosen.pods) == min(covers)
         assert sum(c.shares["cpu"] for c in chosen.pods) >= need / 100 - 1e-9
+
+
+@pytest.mark.parametrize(
+    ("node", "why"),
+    [
+        (NodeFacts("n1", ready=False), "the node is not Ready: the node lifecycle controller decides what leaves it"),
+        (NodeFacts("n1", deleting=True), "the node is being deleted"),
+        (None, "the node is gone from the API server"),
+    ],
+)
+def test_no_pod_moves_off_a_node_not_ready_being_deleted_or_gone(node: NodeFacts | None, why: str) -> None:
+    heat = SignalHeat("cpu", 0.95, 0.8, 0.85, True, 0, 0, False, NOW - 300)
+    usage = {"cpu": {("shop", "web-1"): 1.6}, "memory": {("shop", "web-1"): 2.0**28}}
+    found = hot_node_of("n1", node, (heat,), {"cpu": 0.15}, {"cpu": 8.0, "memory": 2.0**33}, [pod()], usage,
+                        POLICY, Holds(), NOW)  # fmt: skip
+    assert (found.candidates, found.excluded) == ((), (("", why),))
+    ready = hot_node_of("n1", NodeFacts("n1"), (heat,), {"cpu": 0.15}, {"cpu": 8.0, "memory": 2.0**33}, [pod()],
+                        usage, POLICY, Holds(), NOW)  # fmt: skip
+    assert [c.pod.name for c in ready.candidates] == ["web-1"]
 
 
 # --- one cycle -------------------------------------------------------------------------------

@@ -1,7 +1,12 @@
 """A hot node as the plan sees it: which of its pods may move (selection.exclusion, what earlier
 cycles learned: a PDB's recent refusal, a workload paused by the stop rule; measured usage),
 each with its share of the node, and how far above its thresholds the node is on the signals a
-pod's usage is a share of."""
+pod's usage is a share of.
+
+No pod moves off a node that is not Ready, is being deleted or is gone: what leaves such a node
+is the node lifecycle controller's to decide (its taints and tolerationSeconds), its kubelet
+may never confirm a pod's end, and its metrics may be the last it sent (the descheduler, too,
+only works on Ready nodes)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from dataclasses import dataclass, field
 from loadext.config.schema import Rebalance
 from loadext.core.herd.learned import PodKey
 from loadext.core.herd.usage import RESOURCES, Usage
+from loadext.core.rebalance.fit.model import NodeFacts
 from loadext.core.rebalance.followup import Pause
 from loadext.core.rebalance.plan import HotNode
 from loadext.core.rebalance.selection import Candidate, PodFacts, exclusion
@@ -33,8 +39,20 @@ class Holds:
         return None
 
 
+def unfit_source(node: NodeFacts | None) -> str | None:
+    """Why no pod may move off this node at all, if so (`node`: as the API server lists it now)."""
+    if node is None:
+        return "the node is gone from the API server"
+    if node.deleting:
+        return "the node is being deleted"
+    if not node.ready:
+        return "the node is not Ready: the node lifecycle controller decides what leaves it"
+    return None
+
+
 def hot_node(
     name: str,
+    node: NodeFacts | None,
     signals: tuple[SignalHeat, ...],
     over: Mapping[str, float],
     allocatable: Mapping[str, float],
@@ -44,8 +62,12 @@ def hot_node(
     holds: Holds,
     now: float,
 ) -> HotNode:
-    """`over`: signal -> value - threshold where above it now; `usage`: resource -> pod -> measured."""
+    """`node`: the node as the API server lists it (None: not listed); `over`: signal -> value -
+    threshold where above it now; `usage`: resource -> pod -> measured."""
     overshoot = {s: v for s, v in over.items() if s in RESOURCES}
+    unfit = unfit_source(node)
+    if unfit is not None:
+        return HotNode(name, signals, overshoot, (), (("", unfit),))
     candidates: list[Candidate] = []
     excluded: list[tuple[str, str]] = []
     for pod in pods:
