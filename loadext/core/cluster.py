@@ -334,10 +334,14 @@ class RebalanceReader(_Reader):
             state.config.max_data_age, state.clock(),
         )  # fmt: skip
 
-    def passing_with(self, usage: Usage, excluding: str) -> list[str]:
-        names = [name for name in sorted(self._state.directory.names()) if name != excluding]
-        verdicts = self._state.judged(names, usage, self._state.herd_guard)
-        passing = [(-verdict.score, name) for name, verdict in zip(names, verdicts, strict=True) if verdict.passed]
+    def passing_with(self, usage: Usage, excluding: str, planned: Mapping[str, Usage]) -> list[str]:
+        state = self._state
+        names = [name for name in sorted(state.directory.names()) if name != excluding]
+        verdicts = dict(zip(names, state.judged(names, usage, state.herd_guard), strict=True))
+        for node, sent in planned.items():  # judged again with what this cycle already sends there
+            if node in verdicts:
+                verdicts[node] = state.judged([node], usage + sent, state.herd_guard)[0]
+        passing = [(-verdict.score, name) for name, verdict in verdicts.items() if verdict.passed]
         return [name for _, name in sorted(passing)]
 
     def moved(self, workload: str, usage: Usage, until: float) -> None:

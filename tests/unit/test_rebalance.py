@@ -24,7 +24,7 @@ from loadext.core.rebalance.fit.model import NodeFacts, PodConstraints
 from loadext.core.rebalance.plan import HotNode, Pacing, Step, plan
 from loadext.core.rebalance.selection import SYSTEM_CLUSTER_CRITICAL, Candidate, PodFacts, choose, exclusion
 from loadext.core.rebalance.streaks import HotStreaks, SignalHeat
-from loadext.core.rebalance.targets import Target
+from loadext.core.rebalance.targets import Target, targets
 from loadext.core.requests import NodeInfo
 from loadext.core.snapshot import Sample, SignalValues, Snapshot
 from loadext.telemetry import Telemetry
@@ -344,9 +344,30 @@ def cluster_with(values: dict[str, float], rebalance: str = "{enabled: true, hot
 def test_a_target_passes_the_filter_with_the_pod_added() -> None:
     cluster = cluster_with({"hot": 0.95, "warm": 0.7, "cool": 0.3})
     assert cluster.rebalance.heat().hot().keys() == {"hot"}
-    assert cluster.rebalance.passing_with(Usage(0.5, 0.0), excluding="hot") == ["cool", "warm"]
+    assert cluster.rebalance.passing_with(Usage(0.5, 0.0), excluding="hot", planned={}) == ["cool", "warm"]
     # 2 cores of 10 are 20 %: warm (70 %) would end at 90 %, over its 80 % threshold
-    assert cluster.rebalance.passing_with(Usage(2.0, 0.0), excluding="hot") == ["cool"]
+    assert cluster.rebalance.passing_with(Usage(2.0, 0.0), excluding="hot", planned={}) == ["cool"]
+    # and cool (30 %) with 4 cores this cycle already sends there would end at 90 % too
+    assert cluster.rebalance.passing_with(Usage(2.0, 0.0), excluding="hot", planned={"cool": Usage(4.0, 0.0)}) == []
+
+
+def test_a_cycle_never_sends_a_node_more_than_it_can_carry() -> None:
+    """Found by the drift benchmark: two hot nodes' pods of 3 cores each both planned onto one
+    node at 40 % of 10 cores; the second replacement then landed elsewhere and made that node
+    hot. The second move is judged with the first one's usage on its target."""
+    cluster = cluster_with({"hot-1": 0.95, "hot-2": 0.95, "roomy": 0.4, "warm": 0.45})
+    nodes = [
+        NodeFacts(n, allocatable={"cpu": 10_000, "memory": 2**35, "pods": 110})
+        for n in ("hot-1", "hot-2", "roomy", "warm")
+    ]
+    world = World(nodes, [])
+    target_for = targets(world, cluster.rebalance.passing_with)
+    first, second = candidate("a", 0.3), candidate("b", 0.3)
+    first, second = (replace(c, usage=Usage(3.0, 0.0)) for c in (first, second))
+    assert target_for(first, "hot-1") == Target("roomy")  # 40 % + 30 %: within 80 %, and the coolest
+    assert target_for(second, "hot-2") == Target("warm")  # roomy would carry 100 %; warm 75 %
+    third = replace(candidate("c", 0.3), usage=Usage(3.0, 0.0))
+    assert target_for(third, "hot-1") == Target(refused="no other node passes loadext's filter with it")
 
 
 class FakeLease:

@@ -4,6 +4,7 @@ pod used (its replacement's estimate). The Cluster implements it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from loadext.config import Config
@@ -19,9 +20,10 @@ class RebalanceState(Protocol):
 
     def heat(self) -> Heat: ...
 
-    def passing_with(self, usage: Usage, excluding: str) -> list[str]:
+    def passing_with(self, usage: Usage, excluding: str, planned: Mapping[str, Usage]) -> list[str]:
         """The nodes that pass loadext's filter with `usage` added to what they carry and have
-        in flight, best score first; never `excluding`."""
+        in flight (and, on a node in `planned`, the replacements this cycle already sends
+        there), best score first; never `excluding`."""
 
     def moved(self, workload: str, usage: Usage, until: float) -> None:
         """A pod of `workload` that used `usage` was evicted: the filter counts its replacement
