@@ -10,7 +10,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -272,9 +272,9 @@ class ControlPlane:
         self.scheduler_ports[name] = port
         return process
 
-    def start_controller_manager(self, *controllers: str) -> Process:
+    def start_controller_manager(self, *controllers: str, flags: Sequence[str] = ()) -> Process:
         """kube-controller-manager running only `controllers` (replicaset, disruption, ...):
-        what recreates evicted pods and computes PodDisruptionBudget status."""
+        what recreates evicted pods and computes PodDisruptionBudget status; `flags` go after."""
         port = free_port()
         process = self.spawn(
             "kube-controller-manager",
@@ -288,6 +288,7 @@ class ControlPlane:
                 f"--controllers={','.join(controllers)}",
                 "--leader-elect=false",
                 "--v=1",
+                *flags,
             ],
         )
         context = ssl._create_unverified_context()  # its self-signed serving cert; loopback only

@@ -1,0 +1,208 @@
+"""The soak's invariants, judged after the run from what observe.py recorded: each with its
+count of violations and a few examples. The limits are the config's (cluster.py sets both)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from observe import REPLICAS, Observed, Sample
+
+SHOWN_WITHIN, CLEARED_WITHIN = 30.0, 60.0
+PENDING_TOO_LONG = 60.0
+AFTER_API_DOWN = 60.0  # the scheduler and the controllers catch up after an API server outage
+SETTLE = 300.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    cycle: float
+    max_per_cycle: int
+    max_per_node: int
+    max_data_age: float
+    hot_for_seconds: float
+    herd_window: float
+    threshold: float
+    namespace: str  # the only namespace whose pods may move
+    reloaded: float  # seconds within which both replicas apply a ConfigMap edit
+
+
+@dataclass(frozen=True)
+class Fault:
+    start: float
+    end: float
+    kind: str
+    what: str = ""  # the node it hit, or the threshold it set
+
+
+Digest = dict[str, Any]
+# How each fault kind shows: the alert rule whose expression must turn true within 30 s of its
+# start and false within 60 s of its end, and what every live replica's /explain must say
+# meanwhile (and stop saying). Two have neither: restart_both is what a rollout does, and a node
+# whose kubelet says NotReady is kube-state-metrics' to alert on (KubeNodeNotReady); loadext's
+# part there is to move nothing off it, checked with the evictions.
+SHOWN: dict[str, tuple[str | None, Callable[[Digest, Fault], bool] | None]] = {
+    "prometheus_down": ("LoadextDegraded", lambda d, f: bool(d["degraded"])),
+    "prometheus_slow": ("LoadextDegraded", lambda d, f: bool(d["degraded"])),
+    "apiserver_down": ("LoadextKubeWatchFailing", None),
+    "config_invalid": ("LoadextConfigReloadFailing", None),
+    "kill_holder": ("LoadextDown", None),
+    "kill_mid_eviction": ("LoadextDown", None),
+    "node_not_ready": (None, None),
+    "node_deleted_hot": (None, lambda d, f: f.what not in d["nodes"]),
+    "dry_run": (None, lambda d, f: d["mode"] == "dryRun"),
+    "config_valid": (None, lambda d, f: d["threshold"] is not None and abs(d["threshold"] - float(f.what)) < 1e-9),
+    "restart_both": (None, None),
+}
+CLEARS = {"node_deleted_hot": False}  # a deleted node does not come back
+
+
+def check(
+    seen: Observed, faults: list[Fault], lives: list[Any], logs: dict[str, str], limits: Limits, run_end: float
+) -> dict[str, dict[str, Any]]:
+    """Each invariant with its violations (examples kept, at most five each); an invariant the
+    run cannot judge says why instead of passing."""
+    out: dict[str, list[str]] = {}
+    not_judged: dict[str, str] = {}
+
+    def violation(name: str, what: str) -> None:
+        out.setdefault(name, []).append(what)
+
+    _evictions(seen, faults, lives, limits, violation)
+    _pending(seen, limits, violation)
+    _shown(seen, faults, lives, limits, violation)
+    for fault in faults:  # readiness comes back
+        for replica in REPLICAS:
+            back = [t for t, r, ok in seen.readyz if r == replica and ok and t >= fault.end]
+            if not back or back[0] - fault.end > 30:
+                violation(
+                    "/readyz back within 30 s of a fault's end", f"{replica} after {fault.kind} at {fault.end:.0f}"
+                )
+    for name, text in logs.items():
+        if "Traceback" in text:
+            violation("no traceback in a replica's log", name)
+    for life in lives:  # RSS after warm-up: under 1 MB per 10 minutes
+        points = [(t, mb) for t, mb in life.rss if t - life.started > 300]
+        if len(points) >= 10 and points[-1][0] - points[0][0] >= 600:
+            slope = statistics.linear_regression([t for t, _ in points], [mb for _, mb in points]).slope * 600
+            if slope >= 1.0:
+                violation("RSS flat after warm-up", f"{life.process.name}: {slope:+.2f} MB per 10 min")
+    if not any(len(life.rss) >= 10 and life.rss[-1][0] - life.started > 900 for life in lives):
+        not_judged["RSS flat after warm-up"] = "no incarnation lived 15 minutes"
+    last_fault = max((f.end for f in faults), default=0.0)
+    settle = "every node within its threshold within 5 minutes of the last fault"
+    if run_end - last_fault < SETTLE:
+        not_judged[settle] = f"the run ends {run_end - last_fault:.0f} s after the last fault"
+    elif settled_after(seen.samples, last_fault, limits.threshold) is None:
+        violation(settle, "not by the end")
+    names = [
+        "one replica evicting per cycle", "evictions per cycle within maxPerCycle",
+        "evictions per node per cycle within the limit", "no eviction on stale metrics",
+        "no eviction in dryRun mode", "no eviction within hotFor refreshes of a start",
+        "no eviction past a disruption budget", "no replacement evicted within the herd window",
+        "no eviction of a pod loadext must leave", "no eviction from a node not Ready",
+        "no pod Pending over 60 s while a node has room", "a fault shows in /explain and its alert within 30 s",
+        "a fault clears from /explain and its alert within 60 s of its end",
+        "/readyz back within 30 s of a fault's end", "no traceback in a replica's log", "RSS flat after warm-up",
+        settle,
+    ]  # fmt: skip
+    return {
+        name: {
+            "violations": len(out.get(name, [])),
+            "examples": out.get(name, [])[:5],
+            "not judged": not_judged.get(name),
+        }
+        for name in names
+    }
+
+
+def settled_after(samples: list[Sample], after: float, threshold: float) -> float | None:
+    """When every node was first within `threshold` after `after`, if within SETTLE."""
+    for sample in samples:
+        if sample.time > after and max(sample.shares.values(), default=0.0) <= threshold:
+            return sample.time if sample.time - after <= SETTLE else None
+    return None
+
+
+def _evictions(seen: Observed, faults: list[Fault], lives: list[Any], limits: Limits, violation: Any) -> None:
+    evictions = sorted(seen.evictions.values(), key=lambda e: e.time)
+    for e in evictions:  # one replica in any cycle; the limits per cycle and per node
+        window = [o for o in evictions if e.time <= o.time < e.time + limits.cycle]
+        makers = {seen.evicted_by.get(o.uid, "?") for o in window}
+        if len(makers - {"?"}) > 1:
+            violation("one replica evicting per cycle", f"{e.time:.0f}: {sorted(makers)}")
+        if len(window) > limits.max_per_cycle:
+            violation("evictions per cycle within maxPerCycle", f"{e.time:.0f}: {len(window)}")
+        on_node = [o for o in window if o.node == e.node]
+        if len(on_node) > limits.max_per_node:
+            violation("evictions per node per cycle within the limit", f"{e.time:.0f} {e.node}: {len(on_node)}")
+        for start, stop in seen.stale:
+            if start + limits.max_data_age <= e.time <= stop:
+                violation("no eviction on stale metrics", f"{e.pod} at {e.time:.0f} (stale {start:.0f}-{stop:.0f})")
+        for fault in faults:
+            if fault.kind == "dry_run" and fault.start + limits.reloaded <= e.time <= fault.end:
+                violation("no eviction in dryRun mode", f"{e.pod} at {e.time:.0f}")
+        maker = seen.evicted_by.get(e.uid)
+        started = [life.started for life in lives if life.replica == maker and life.started <= e.time]
+        if started and e.time - started[-1] < limits.hot_for_seconds:
+            violation("no eviction within hotFor refreshes of a start", f"{e.pod} by {maker}")
+        after = next((health for t, health in seen.budgets if t >= e.time), {})
+        healthy, desired = after.get(e.workload, (0, 0))
+        if healthy < desired:  # the eviction took the workload below its budget
+            violation("no eviction past a disruption budget", f"{e.pod} at {e.time:.0f}: {healthy} < {desired}")
+        if e.time - e.created < limits.herd_window:
+            violation("no replacement evicted within the herd window", f"{e.pod} {e.time - e.created:.0f}s old")
+        if e.namespace != limits.namespace or not e.workload:
+            violation("no eviction of a pod loadext must leave", f"{e.namespace}/{e.pod}")
+        before = [s for s in seen.samples if s.time <= e.time]
+        if before and e.node in before[-1].not_ready:
+            violation("no eviction from a node not Ready", f"{e.pod} on {e.node} at {e.time:.0f}")
+
+
+def _pending(seen: Observed, limits: Limits, violation: Any) -> None:
+    """A pod Pending, with some node having room for it, in every sample for over 60 s (a gap
+    in the samples, as while the API server is down, starts the count again), outside the
+    minute after an API server outage."""
+    since: dict[str, float] = {}
+    last_time = 0.0
+    reported: set[str] = set()
+    for sample in seen.samples:
+        if sample.time - last_time > 5:
+            since.clear()
+        last_time = sample.time
+        since = {uid: since.get(uid, sample.time) for uid in sample.with_room}
+        recovering = any(start <= sample.time <= stop + AFTER_API_DOWN for start, stop in seen.api_down)
+        for uid, first in since.items():
+            if sample.time - first > PENDING_TOO_LONG and not recovering and uid not in reported:
+                reported.add(uid)
+                name = seen.pending_names.get(uid, uid)
+                violation("no pod Pending over 60 s while a node has room", f"{name} from {first:.0f}")
+
+
+def _shown(seen: Observed, faults: list[Fault], lives: list[Any], limits: Limits, violation: Any) -> None:
+    shown, cleared = (
+        "a fault shows in /explain and its alert within 30 s",
+        "a fault clears from /explain and its alert within 60 s of its end",
+    )
+    for fault in faults:
+        alert, says = SHOWN[fault.kind]
+        label = f"{fault.kind} at {fault.start:.0f}"
+        if alert is not None:
+            during = [v[alert] for t, v in seen.alerts if fault.start <= t <= fault.start + SHOWN_WITHIN]
+            if not any(during):
+                violation(shown, f"{label}: {alert} never true")
+            after = [v[alert] for t, v in seen.alerts if fault.end <= t <= fault.end + CLEARED_WITHIN]
+            if CLEARS.get(fault.kind, True) and (not after or after[-1]):
+                violation(cleared, f"{label}: {alert} still true")
+        if says is None:
+            continue
+        for replica in REPLICAS:
+            digests = [(t, d) for t, r, d in seen.explained if r == replica]
+            during = [says(d, fault) for t, d in digests if fault.start <= t <= fault.start + SHOWN_WITHIN]
+            if not any(during):
+                violation(shown, f"{label}: {replica}'s /explain never said so")
+            after = [says(d, fault) for t, d in digests if fault.end <= t <= fault.end + CLEARED_WITHIN]
+            if CLEARS.get(fault.kind, True) and (not after or after[-1]):
+                violation(cleared, f"{label}: {replica}'s /explain still says so")

@@ -1,0 +1,203 @@
+"""The soak's cluster life and faults, drawn from a seed: what happens when, and the objects it
+makes (Deployments with their budgets, Jobs, Nodes). benchmarks/soak/cluster.py carries it out.
+
+Two profiles share every rule. `long` (the benchmark): life every 4-12 s, a fault every 45-120 s
+(each kind once, in a seeded order, then drawn at random), the last fault ending 6 minutes
+before the end, the settling window. `short` (tests/e2e/test_cluster_soak.py): a smaller
+cluster (12 nodes), each fault kind exactly once with shorter outages, 4-6 s apart, and 40 s after the
+last. In both, a workload drifts hot shortly before each Prometheus fault and before the
+kill that waits for an eviction, so that the rebalancer has work to do exactly when it must not
+(or must stop mid-way): a fault that meets no hot node proves nothing.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from run import NAMESPACE, USAGE_CPU, make_nodes, millicores
+
+WORKLOADS = ("web", "api", "cart", "search", "feed", "mail")
+COOL, HOT = (0.3, 0.8), (3.5, 5.0)  # cores a pod uses in a cool and in a hot phase
+SCHEDULER = "loadext-scheduler"  # the shipped profile's name: pods opt in with spec.schedulerName
+MANAGED = ("kwok.x-k8s.io/node", "fake")  # the annotation kwok manages nodes by: without it, a node's kubelet is gone
+SPARE_NODES = 12  # nodes life may add, named ahead so that Prometheus scrapes them once they exist
+
+FAULTS = (
+    "kill_holder", "kill_mid_eviction", "restart_both", "prometheus_down", "prometheus_slow", "apiserver_down",
+    "node_not_ready", "node_deleted_hot", "config_valid", "config_invalid", "dry_run",
+)  # fmt: skip
+HEATED = ("prometheus_down", "prometheus_slow", "kill_mid_eviction")  # a workload drifts hot just before
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    nodes: int
+    lengths: dict[str, tuple[float, float]]  # seconds a fault lasts (a killed replica is down), drawn from the range
+    life_gap: tuple[float, float]
+    fault_gap: tuple[float, float]
+    first_fault: float
+    settle: float  # seconds after the last fault's end
+    node_changes: bool  # life adds and removes nodes
+
+
+LONG = Profile(
+    "long", 30,
+    {"kill_holder": (10, 15), "kill_mid_eviction": (10, 15), "prometheus_down": (60, 180),
+     "prometheus_slow": (30, 60), "apiserver_down": (30, 60), "node_not_ready": (60, 120), "config_valid": (30, 90),
+     "dry_run": (30, 90), "config_invalid": (10, 10)},
+    (4, 12), (45, 120), 150, 360, True,
+)  # fmt: skip
+SHORT = Profile(
+    "short", 12,
+    {"kill_holder": (6, 8), "kill_mid_eviction": (6, 8), "prometheus_down": (30, 33), "prometheus_slow": (22, 25),
+     "apiserver_down": (30, 32), "node_not_ready": (20, 25), "config_valid": (12, 15), "dry_run": (12, 15),
+     "config_invalid": (6, 6)},
+    (3, 6), (4, 6), 40, 40, False,
+)  # fmt: skip
+PROFILES = {p.name: p for p in (LONG, SHORT)}
+
+
+@dataclass(frozen=True)
+class Event:
+    at: float  # seconds from the start of life
+    kind: str
+    target: str = ""
+    value: float = 0.0
+    length: float = 0.0  # a fault's duration
+
+
+def schedule(seed: int, profile: Profile, seconds: float | None) -> tuple[list[Event], float]:
+    """The events and the run's length: `seconds` for the long profile (the last fault ending
+    `settle` before it); for the short one, as long as its faults need."""
+    rng = random.Random(seed)
+    faults: list[Event] = []
+    kinds = list(FAULTS)
+    rng.shuffle(kinds)
+    t, last = profile.first_fault, (seconds or 0) - profile.settle
+    for index in range(len(kinds) if seconds is None else 10**6):
+        kind = kinds[index] if index < len(kinds) else rng.choice(FAULTS)
+        low, high = profile.lengths.get(kind, (0.0, 0.0))
+        length = rng.uniform(low, high)
+        if seconds is not None and t + length + 20 >= last:
+            break
+        faults.append(Event(t, kind, length=length, value=rng.uniform(0.7, 0.78)))
+        t += length + rng.uniform(*profile.fault_gap) + (20 if kind == "kill_mid_eviction" else 0)
+    total = seconds if seconds is not None else t + profile.settle
+    life: list[Event] = []
+    t = 20.0
+    while t < total - 20:
+        workload = rng.choice(WORKLOADS)
+        roll = rng.random()
+        if roll < 0.45:
+            life.append(Event(t, "phase", workload, rng.uniform(*(HOT if rng.random() < 0.5 else COOL))))
+        elif roll < 0.6:
+            life.append(Event(t, "rollout", workload))
+        elif roll < 0.72:
+            life.append(Event(t, "scale", workload, rng.randint(3, 7)))
+        elif roll < 0.94 or not profile.node_changes:
+            life.append(Event(t, "job", workload, rng.uniform(0.2, 1.0)))
+        else:
+            life.append(Event(t, "node_add" if roll < 0.97 else "node_remove"))
+        t += rng.uniform(*profile.life_gap)
+    for fault in faults:
+        if fault.kind in HEATED:
+            life.append(Event(max(fault.at - 25, 1.0), "phase", rng.choice(WORKLOADS), rng.uniform(*HOT)))
+    return sorted(life + faults, key=lambda e: e.at), total
+
+
+# --- what life makes ------------------------------------------------------------------------
+
+
+def deployment(name: str, replicas: int, cores: float, namespace: str = NAMESPACE) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {USAGE_CPU: millicores(cores)}},
+                "spec": {
+                    "schedulerName": SCHEDULER,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "4"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def budget(name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": name}}},
+    }
+
+
+def job(name: str, cores: float) -> dict[str, Any]:
+    """A short Job: placed like any pod (its usage `cores` counted by the herd guard until it
+    ends), completed by kwok's pod-complete stage as soon as it runs."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "ttlSecondsAfterFinished": 30,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {USAGE_CPU: millicores(cores)}},
+                "spec": {
+                    "schedulerName": SCHEDULER,
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "run",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def spare_names() -> list[str]:
+    return [f"soak-new{k}-00" for k in range(1, SPARE_NODES + 1)]
+
+
+def add_nodes(core: Any, prefix: str, count: int) -> list[str]:
+    """Ready nodes (placement/run.py's, with their background pods) that kwok manages."""
+    names = make_nodes(core, prefix, count)
+    for name in names:
+        core.patch_node(name, {"metadata": {"annotations": {MANAGED[0]: MANAGED[1]}}})
+    return names
+
+
+def kubelet_gone(core: Any, node: str) -> None:
+    """The node's kubelet stops (kwok no longer manages it: no heartbeat, no metrics) after
+    reporting NotReady, as a kubelet whose runtime failed does; the node lifecycle controller
+    then taints it node.kubernetes.io/not-ready."""
+    core.patch_node(node, {"metadata": {"annotations": {MANAGED[0]: None}}})
+    condition = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "soak: runtime down"}
+    core.patch_node_status(node, {"status": {"conditions": [condition]}})
+
+
+def kubelet_back(core: Any, node: str) -> None:
+    """kwok manages the node again: its node-initialize stage reports it Ready."""
+    core.patch_node(node, {"metadata": {"annotations": {MANAGED[0]: MANAGED[1]}}})
