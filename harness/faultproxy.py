@@ -2,6 +2,8 @@
 
 Modes: pass (forward), delay (forward after N seconds), status (answer CODE with a body),
 garbage (200 with a body that is not JSON), down (close the connection without answering).
+With `matching`, only requests whose decoded URL contains it misbehave (one query failing while
+the others answer); the rest pass.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -20,6 +23,7 @@ class FaultProxy:
         self.delay = 0.0
         self.status = 503
         self.body = b""
+        self.matching = ""
         self.requests = 0
         proxy = self
 
@@ -28,7 +32,7 @@ class FaultProxy:
 
             def do_GET(self) -> None:
                 proxy.requests += 1
-                mode = proxy.mode
+                mode = proxy.mode if proxy.matching in urllib.parse.unquote_plus(self.path) else "pass"
                 if mode == "down":
                     self.close_connection = True
                     return
@@ -64,8 +68,8 @@ class FaultProxy:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
-    def set(self, mode: str, *, delay: float = 0.0, status: int = 503, body: bytes = b"") -> None:
-        self.mode, self.delay, self.status, self.body = mode, delay, status, body
+    def set(self, mode: str, *, delay: float = 0.0, status: int = 503, body: bytes = b"", matching: str = "") -> None:
+        self.mode, self.delay, self.status, self.body, self.matching = mode, delay, status, body, matching
 
     def close(self) -> None:
         self._server.shutdown()

@@ -99,8 +99,11 @@ LIMITS = Limits(CYCLE, MAX_PER_CYCLE, MAX_PER_NODE, MAX_DATA_AGE, HOT_FOR * REFR
                 RELOADED)  # fmt: skip
 
 
+NODE_SIGNAL = "node_cpu_usage_seconds_total"  # the node CPU signal's metric: node_signal_failing fails its queries
+
+
 def loadext_config(prom_url: str, threshold: float = THRESHOLD, mode: str = "evict") -> dict[str, Any]:
-    cpu = f"rate(node_cpu_usage_seconds_total[{RATE_WINDOW}s]) / {CORES}"
+    cpu = f"rate({NODE_SIGNAL}[{RATE_WINDOW}s]) / {CORES}"
     return {
         "prometheus": {"url": prom_url, "timeout": f"{QUERY_TIMEOUT:g}s"},
         "refreshInterval": f"{REFRESH:g}s",
@@ -269,6 +272,11 @@ def fault(event: Event, world: World) -> None:
         seen.stale.append((start, time.time() + REFRESH * 2))
     elif event.kind == "prometheus_slow":
         world.prom.proxy.set("delay", delay=QUERY_TIMEOUT + 1)
+        time.sleep(event.length)
+        world.prom.proxy.set("pass")
+        seen.stale.append((start, time.time() + REFRESH * 2))
+    elif event.kind == "node_signal_failing":  # the node CPU query fails; pod usage and the rest answer
+        world.prom.proxy.set("status", status=503, body=b'{"status":"error"}', matching=NODE_SIGNAL)
         time.sleep(event.length)
         world.prom.proxy.set("pass")
         seen.stale.append((start, time.time() + REFRESH * 2))
@@ -515,7 +523,11 @@ def timeline(seen: Observed, faults: list[Fault], start: float, path: Path, titl
 def table(results: dict[str, Any]) -> str:
     lines = ["| invariant | violations | examples |", "|---|---:|---|"]
     for name, found in results["invariants"].items():
-        count = f"not judged: {found['not judged']}" if found["not judged"] else found["violations"]
+        count = str(found["violations"])
+        if found["not judged"]:
+            count = (
+                f"not judged: {found['not judged']}" if not found["violations"] else f"{count} ({found['not judged']})"
+            )
         lines.append(f"| {name} | {count} | {'; '.join(found['examples'])} |")
     lines += ["", "| figure | value |", "|---|---|"]
     lines += [f"| {name} | {value} |" for name, value in results["figures"].items()]

@@ -11,6 +11,9 @@ from typing import Any
 from observe import REPLICAS, Observed, Sample
 
 SHOWN_WITHIN, CLEARED_WITHIN = 30.0, 60.0
+# LoadextPrometheusQueryErrors is a rate over 5m: it clears 5 minutes after the last error
+CLEARED_WITHIN_BY_KIND = {"node_signal_failing": 300.0 + CLEARED_WITHIN}
+FAILING_FOR = 5.0  # seconds since a query last answered that /explain shows as failing (refreshes are 1 s)
 PENDING_TOO_LONG = 60.0
 AFTER_API_DOWN = 60.0  # the scheduler and the controllers catch up after an API server outage
 SETTLE = 300.0
@@ -46,6 +49,10 @@ Digest = dict[str, Any]
 SHOWN: dict[str, tuple[str | None, Callable[[Digest, Fault], bool] | None]] = {
     "prometheus_down": ("LoadextDegraded", lambda d, f: bool(d["degraded"])),
     "prometheus_slow": ("LoadextDegraded", lambda d, f: bool(d["degraded"])),
+    "node_signal_failing": (
+        "LoadextPrometheusQueryErrors",
+        lambda d, f: d["cpu_success_age"] is None or d["cpu_success_age"] > FAILING_FOR,
+    ),
     "apiserver_down": ("LoadextKubeWatchFailing", None),
     "config_invalid": ("LoadextConfigReloadFailing", None),
     "kill_holder": ("LoadextDown", None),
@@ -72,7 +79,11 @@ def check(
 
     _evictions(seen, faults, lives, limits, violation)
     _pending(seen, limits, violation)
-    _shown(seen, faults, lives, limits, violation)
+    unjudged = _shown(seen, faults, limits, run_end, violation)
+    if unjudged:
+        not_judged["a fault clears from /explain and its alert within 60 s of its end"] = (
+            f"the run ends before the alert's window for {', '.join(unjudged)} (the others were judged)"
+        )
     for fault in faults:  # readiness comes back
         for replica in REPLICAS:
             back = [t for t, r, ok in seen.readyz if r == replica and ok and t >= fault.end]
@@ -181,20 +192,27 @@ def _pending(seen: Observed, limits: Limits, violation: Any) -> None:
                 violation("no pod Pending over 60 s while a node has room", f"{name} from {first:.0f}")
 
 
-def _shown(seen: Observed, faults: list[Fault], lives: list[Any], limits: Limits, violation: Any) -> None:
+def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, violation: Any) -> list[str]:
+    """Returns the faults whose clearing the run ended too soon to judge."""
     shown, cleared = (
         "a fault shows in /explain and its alert within 30 s",
         "a fault clears from /explain and its alert within 60 s of its end",
     )
+    unjudged = []
     for fault in faults:
         alert, says = SHOWN[fault.kind]
         label = f"{fault.kind} at {fault.start:.0f}"
+        clear_by = fault.end + CLEARED_WITHIN_BY_KIND.get(fault.kind, CLEARED_WITHIN)
+        judge_clearing = CLEARS.get(fault.kind, True)
+        if judge_clearing and run_end < clear_by:
+            unjudged.append(fault.kind)
+            judge_clearing = False
         if alert is not None:
             during = [v[alert] for t, v in seen.alerts if fault.start <= t <= fault.start + SHOWN_WITHIN]
             if not any(during):
                 violation(shown, f"{label}: {alert} never true")
-            after = [v[alert] for t, v in seen.alerts if fault.end <= t <= fault.end + CLEARED_WITHIN]
-            if CLEARS.get(fault.kind, True) and (not after or after[-1]):
+            after = [v[alert] for t, v in seen.alerts if fault.end <= t <= clear_by]
+            if judge_clearing and (not after or after[-1]):
                 violation(cleared, f"{label}: {alert} still true")
         if says is None:
             continue
@@ -206,3 +224,4 @@ def _shown(seen: Observed, faults: list[Fault], lives: list[Any], limits: Limits
             after = [says(d, fault) for t, d in digests if fault.end <= t <= fault.end + CLEARED_WITHIN]
             if CLEARS.get(fault.kind, True) and (not after or after[-1]):
                 violation(cleared, f"{label}: {replica}'s /explain still says so")
+    return unjudged

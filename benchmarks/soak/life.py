@@ -25,10 +25,11 @@ MANAGED = ("kwok.x-k8s.io/node", "fake")  # the annotation kwok manages nodes by
 SPARE_NODES = 12  # nodes life may add, named ahead so that Prometheus scrapes them once they exist
 
 FAULTS = (
-    "kill_holder", "kill_mid_eviction", "restart_both", "prometheus_down", "prometheus_slow", "apiserver_down",
-    "node_not_ready", "node_deleted_hot", "config_valid", "config_invalid", "dry_run",
+    "kill_holder", "kill_mid_eviction", "restart_both", "prometheus_down", "prometheus_slow", "node_signal_failing",
+    "apiserver_down", "node_not_ready", "node_deleted_hot", "config_valid", "config_invalid", "dry_run",
 )  # fmt: skip
-HEATED = ("prometheus_down", "prometheus_slow", "kill_mid_eviction")  # a workload drifts hot just before
+# a workload drifts hot just before these: the rebalancer has work exactly when its data goes stale
+HEATED = ("prometheus_down", "prometheus_slow", "node_signal_failing", "kill_mid_eviction")
 
 
 @dataclass(frozen=True)
@@ -46,15 +47,15 @@ class Profile:
 LONG = Profile(
     "long", 30,
     {"kill_holder": (10, 15), "kill_mid_eviction": (10, 15), "prometheus_down": (60, 180),
-     "prometheus_slow": (30, 60), "apiserver_down": (30, 60), "node_not_ready": (60, 120), "config_valid": (30, 90),
-     "dry_run": (30, 90), "config_invalid": (10, 10)},
+     "prometheus_slow": (30, 60), "node_signal_failing": (40, 90), "apiserver_down": (30, 60),
+     "node_not_ready": (60, 120), "config_valid": (30, 90), "dry_run": (30, 90), "config_invalid": (10, 10)},
     (4, 12), (45, 120), 150, 360, True,
 )  # fmt: skip
 SHORT = Profile(
     "short", 12,
     {"kill_holder": (6, 8), "kill_mid_eviction": (6, 8), "prometheus_down": (30, 33), "prometheus_slow": (22, 25),
-     "apiserver_down": (30, 32), "node_not_ready": (20, 25), "config_valid": (12, 15), "dry_run": (12, 15),
-     "config_invalid": (6, 6)},
+     "node_signal_failing": (30, 33), "apiserver_down": (30, 32), "node_not_ready": (20, 25),
+     "config_valid": (12, 15), "dry_run": (12, 15), "config_invalid": (6, 6)},
     (3, 6), (4, 6), 40, 40, False,
 )  # fmt: skip
 PROFILES = {p.name: p for p in (LONG, SHORT)}

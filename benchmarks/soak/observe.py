@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LOADEXT_NAMESPACE = "loadext"
 REPLICAS = ("replica-a", "replica-b")
 BYTES = {"Mi": 2**20, "Gi": 2**30}
-ALERTS = ("LoadextDown", "LoadextDegraded", "LoadextConfigReloadFailing", "LoadextKubeWatchFailing",
-          "LoadextNodesUnmapped")  # fmt: skip
+ALERTS = ("LoadextDown", "LoadextDegraded", "LoadextPrometheusQueryErrors", "LoadextConfigReloadFailing",
+          "LoadextKubeWatchFailing")  # fmt: skip
 
 
 def holder(api: Any) -> str | None:
@@ -104,6 +104,7 @@ def explain_digest(report: dict[str, Any]) -> dict[str, Any]:
         "degraded": report["degraded"],
         "mode": rebalance.get("mode"),
         "threshold": cpu.get("threshold"),
+        "cpu_success_age": cpu.get("lastSuccessAge"),  # seconds since the cpu query last answered
         "nodes": {row["node"]: (row["signals"].get("cpu") or {}).get("age") for row in report["nodes"]},
     }
 

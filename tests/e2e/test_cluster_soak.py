@@ -3,7 +3,8 @@ command line: a control plane of its own, kwok, two Prometheus servers and two l
 live through every fault kind once, with the rebalancer evicting, and every invariant holds.
 
 It runs apart from the shared control plane (harness/cluster.py) because it stops the API
-server and kills replicas; about six minutes, most of it the schedule."""
+server and kills replicas; about six minutes, most of it the schedule (bounded apart from the
+suite's 600 s: a cold machine builds kwok first)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "soak"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "placement"))
 
 from life import FAULTS  # noqa: E402
 
+RUN_BOUND = 1200  # seconds: kwok built cold (about 4 minutes), the control plane, the schedule (about 5)
 
+
+@pytest.mark.timeout(RUN_BOUND + 60)
 def test_a_short_life_with_every_fault_holds_every_invariant(tmp_path: Path) -> None:
     out = tmp_path / "soak"
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "soak" / "cluster.py"), "--profile", "short", "--seed", "1",
          "--out", str(out)],
-        capture_output=True, text=True, timeout=1200, check=False,
+        capture_output=True, text=True, timeout=RUN_BOUND, check=False,
     )  # fmt: skip
     assert (out / "results.json").exists(), result.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
