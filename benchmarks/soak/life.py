@@ -4,7 +4,7 @@ makes (Deployments with their budgets, Jobs, Nodes). benchmarks/soak/cluster.py 
 Two profiles share every rule. `long` (the benchmark): life every 4-12 s, a fault every 45-120 s
 (each kind once, in a seeded order, then drawn at random), the last fault ending 6 minutes
 before the end, the settling window. `short` (tests/e2e/test_cluster_soak.py): a smaller
-cluster (12 nodes), each fault kind exactly once with shorter outages, 4-6 s apart, and 40 s after the
+cluster (12 nodes), each fault kind exactly once with shorter outages, 4-6 s apart, and a minute after the
 last. In both, a workload drifts hot shortly before each Prometheus fault and before the
 kill that waits for an eviction, so that the rebalancer has work to do exactly when it must not
 (or must stop mid-way): a fault that meets no hot node proves nothing.
@@ -54,9 +54,9 @@ LONG = Profile(
 SHORT = Profile(
     "short", 12,
     {"kill_holder": (6, 8), "kill_mid_eviction": (6, 8), "prometheus_down": (30, 33), "prometheus_slow": (22, 25),
-     "node_signal_failing": (30, 33), "apiserver_down": (30, 32), "node_not_ready": (20, 25),
+     "node_signal_failing": (45, 50), "apiserver_down": (30, 32), "node_not_ready": (20, 25),
      "config_valid": (12, 15), "dry_run": (12, 15), "config_invalid": (6, 6)},
-    (3, 6), (4, 6), 40, 40, False,
+    (3, 6), (4, 6), 40, 60, False,
 )  # fmt: skip
 PROFILES = {p.name: p for p in (LONG, SHORT)}
 
@@ -104,7 +104,10 @@ def schedule(seed: int, profile: Profile, seconds: float | None) -> tuple[list[E
             life.append(Event(t, "node_add" if roll < 0.97 else "node_remove"))
         t += rng.uniform(*profile.life_gap)
     for fault in faults:
-        if fault.kind in HEATED:
+        if fault.kind == "node_signal_failing":  # nodes already hot, and still hot, when the data goes stale
+            for workload in rng.sample(WORKLOADS, 2):
+                life.append(Event(max(fault.at - 40, 1.0), "phase", workload, rng.uniform(*HOT)))
+        elif fault.kind in HEATED:
             life.append(Event(max(fault.at - 25, 1.0), "phase", rng.choice(WORKLOADS), rng.uniform(*HOT)))
     return sorted(life + faults, key=lambda e: e.at), total
 
