@@ -323,6 +323,11 @@ def live(event: Event, world: World, jobs: list[int]) -> None:
         for pod in list_pods(api):
             if pod["metadata"].get("labels", {}).get("app") == event.target:
                 gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
+    elif event.kind == "node_heat":  # every workload pod on the hottest node drifts hot
+        hottest, usage = world.hottest(), {"metadata": {"annotations": {USAGE_CPU: millicores(event.value)}}}
+        for pod in list_pods(api):
+            if pod["spec"].get("nodeName") == hottest and pod["metadata"].get("labels", {}).get("app"):
+                gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
     elif event.kind == "rollout":
         restarted = {"spec": {"template": {"metadata": {"annotations": {"soak/rollout": str(time.time())}}}}}
         apps.patch_namespaced_deployment(event.target, NAMESPACE, restarted)
@@ -401,7 +406,7 @@ def run(seed: int, minutes: float, profile: Profile, workdir: Path) -> dict[str,
         plane.start_scheduler("default-scheduler", shipped, plane.admin_kubeconfig)
         for workload in WORKLOADS:
             client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(NAMESPACE, budget(workload))
-            apps.create_namespaced_deployment(NAMESPACE, deployment(workload, 5, rng.uniform(*COOL)))
+            apps.create_namespaced_deployment(NAMESPACE, deployment(workload, profile.replicas, rng.uniform(*COOL)))
         apps.create_namespaced_deployment(EXCLUDED, deployment("guarded", 3, 3.0, EXCLUDED))
         observer = Observer(api, replicas, seen, monitoring.url, lambda: world.threshold).start()
         wait_until(lambda: bool(seen.samples), "the observer's first sample")

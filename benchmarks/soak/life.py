@@ -1,13 +1,17 @@
 """The soak's cluster life and faults, drawn from a seed: what happens when, and the objects it
 makes (Deployments with their budgets, Jobs, Nodes). benchmarks/soak/cluster.py carries it out.
 
-Two profiles share every rule. `long` (the benchmark): life every 4-12 s, a fault every 45-120 s
-(each kind once, in a seeded order, then drawn at random), the last fault ending 6 minutes
-before the end, the settling window. `short` (tests/e2e/test_cluster_soak.py): a smaller
-cluster (12 nodes), each fault kind exactly once with shorter outages, 4-6 s apart, and a minute after the
-last. In both, a workload drifts hot shortly before each Prometheus fault and before the
-kill that waits for an eviction, so that the rebalancer has work to do exactly when it must not
-(or must stop mid-way): a fault that meets no hot node proves nothing.
+Two profiles share every rule. `long` (the benchmark): 30 nodes, life every 4-12 s, a fault
+every 45-120 s (each kind once, in a seeded order, then drawn at random), the last fault ending
+6 minutes before the end, the settling window. `short` (tests/e2e/test_cluster_soak.py): 12
+nodes and smaller Deployments (the same load per node), each fault kind exactly once with
+shorter outages, 4-6 s apart, and a minute after the last.
+
+In both, a workload drifts hot shortly before each Prometheus fault and before the kill that
+waits for an eviction; and 40 s before the node signal starts failing, every pod on the hottest
+node drifts hot (`node_heat`: a node whose streak is complete as its data goes stale, and that
+one eviction does not cool). The rebalancer has work to do exactly when it must not (or must
+stop mid-way): a fault that meets no hot node proves nothing.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class Profile:
     first_fault: float
     settle: float  # seconds after the last fault's end
     node_changes: bool  # life adds and removes nodes
+    replicas: int  # each Deployment's at the start
+    scale: tuple[int, int]  # the replicas a scaling sets, drawn from the range
 
 
 LONG = Profile(
@@ -49,14 +55,14 @@ LONG = Profile(
     {"kill_holder": (10, 15), "kill_mid_eviction": (10, 15), "prometheus_down": (60, 180),
      "prometheus_slow": (30, 60), "node_signal_failing": (40, 90), "apiserver_down": (30, 60),
      "node_not_ready": (60, 120), "config_valid": (30, 90), "dry_run": (30, 90), "config_invalid": (10, 10)},
-    (4, 12), (45, 120), 150, 360, True,
+    (4, 12), (45, 120), 150, 360, True, 5, (3, 7),
 )  # fmt: skip
 SHORT = Profile(
     "short", 12,
     {"kill_holder": (6, 8), "kill_mid_eviction": (6, 8), "prometheus_down": (30, 33), "prometheus_slow": (22, 25),
      "node_signal_failing": (45, 50), "apiserver_down": (30, 32), "node_not_ready": (20, 25),
      "config_valid": (12, 15), "dry_run": (12, 15), "config_invalid": (6, 6)},
-    (3, 6), (4, 6), 40, 60, False,
+    (3, 6), (4, 6), 40, 60, False, 3, (2, 4),
 )  # fmt: skip
 PROFILES = {p.name: p for p in (LONG, SHORT)}
 
@@ -97,16 +103,15 @@ def schedule(seed: int, profile: Profile, seconds: float | None) -> tuple[list[E
         elif roll < 0.6:
             life.append(Event(t, "rollout", workload))
         elif roll < 0.72:
-            life.append(Event(t, "scale", workload, rng.randint(3, 7)))
+            life.append(Event(t, "scale", workload, rng.randint(*profile.scale)))
         elif roll < 0.94 or not profile.node_changes:
             life.append(Event(t, "job", workload, rng.uniform(0.2, 1.0)))
         else:
             life.append(Event(t, "node_add" if roll < 0.97 else "node_remove"))
         t += rng.uniform(*profile.life_gap)
     for fault in faults:
-        if fault.kind == "node_signal_failing":  # nodes already hot, and still hot, when the data goes stale
-            for workload in rng.sample(WORKLOADS, 2):
-                life.append(Event(max(fault.at - 40, 1.0), "phase", workload, rng.uniform(*HOT)))
+        if fault.kind == "node_signal_failing":  # a node hot, and hot past one eviction, as the data goes stale
+            life.append(Event(max(fault.at - 40, 1.0), "node_heat", value=rng.uniform(*HOT)))
         elif fault.kind in HEATED:
             life.append(Event(max(fault.at - 25, 1.0), "phase", rng.choice(WORKLOADS), rng.uniform(*HOT)))
     return sorted(life + faults, key=lambda e: e.at), total
