@@ -74,6 +74,7 @@ from run import (  # noqa: E402
     THRESHOLD,
     USAGE_CPU,
     build_kwok,
+    cores_of,
     kubelet_scrape_config,
     list_pods,
     millicores,
@@ -323,11 +324,20 @@ def live(event: Event, world: World, jobs: list[int]) -> None:
         for pod in list_pods(api):
             if pod["metadata"].get("labels", {}).get("app") == event.target:
                 gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
-    elif event.kind == "node_heat":  # every workload pod on the hottest node drifts hot
-        hottest, usage = world.hottest(), {"metadata": {"annotations": {USAGE_CPU: millicores(event.value)}}}
-        for pod in list_pods(api):
-            if pod["spec"].get("nodeName") == hottest and pod["metadata"].get("labels", {}).get("app"):
-                gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
+    elif event.kind == "node_heat":  # the workload pods of the node they would make hottest drift hot
+        pods, shares = list_pods(api), world.seen.samples[-1].shares
+        on: dict[str, list[dict[str, Any]]] = {}
+        for pod in pods:
+            node = pod["spec"].get("nodeName", "")
+            if node in world.nodes and node != world.struck and pod["metadata"].get("labels", {}).get("app"):
+                on.setdefault(node, []).append(pod)
+
+        def heated(node: str) -> float:
+            return shares.get(node, 0.0) + sum(event.value - cores_of(p) for p in on[node]) / CORES
+
+        usage = {"metadata": {"annotations": {USAGE_CPU: millicores(event.value)}}}
+        for pod in on[max(on, key=heated)] if on else ():
+            gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
     elif event.kind == "rollout":
         restarted = {"spec": {"template": {"metadata": {"annotations": {"soak/rollout": str(time.time())}}}}}
         apps.patch_namespaced_deployment(event.target, NAMESPACE, restarted)

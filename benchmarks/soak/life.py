@@ -8,9 +8,10 @@ nodes and smaller Deployments (the same load per node), each fault kind exactly 
 shorter outages, 4-6 s apart, and a minute after the last.
 
 In both, a workload drifts hot shortly before each Prometheus fault and before the kill that
-waits for an eviction; and 40 s before the node signal starts failing, every pod on the hottest
-node drifts hot (`node_heat`: a node whose streak is complete as its data goes stale, and that
-one eviction does not cool). The rebalancer has work to do exactly when it must not (or must
+waits for an eviction; and 40 s before the node signal starts failing, the workload pods of the
+node they would make hottest drift hot (`node_heat`: a node whose streak is complete as its data
+goes stale, and that one eviction does not cool; in the short profile that fault comes first,
+while the rest of the cluster has room). The rebalancer has work to do exactly when it must not (or must
 stop mid-way): a fault that meets no hot node proves nothing.
 """
 
@@ -83,6 +84,9 @@ def schedule(seed: int, profile: Profile, seconds: float | None) -> tuple[list[E
     faults: list[Event] = []
     kinds = list(FAULTS)
     rng.shuffle(kinds)
+    if profile.name == "short":  # its one stale window while the cluster is cool: a hot node has targets
+        kinds.remove("node_signal_failing")
+        kinds.insert(0, "node_signal_failing")
     t, last = profile.first_fault, (seconds or 0) - profile.settle
     for index in range(len(kinds) if seconds is None else 10**6):
         kind = kinds[index] if index < len(kinds) else rng.choice(FAULTS)
