@@ -7,11 +7,11 @@ every 45-120 s (each kind once, in a seeded order, then drawn at random), the la
 nodes and smaller Deployments (the same load per node), each fault kind exactly once with
 shorter outages, 4-6 s apart, and a minute after the last.
 
-In both, a workload drifts hot shortly before each Prometheus fault and before the kill that
-waits for an eviction; and 40 s before the node signal starts failing, the workload pods of the
+In both, a workload drifts hot shortly before each Prometheus fault; and 40 s before the node
+signal starts failing and before the kill that waits for an eviction, the workload pods of the
 node they would make hottest drift hot (`node_heat`: a node whose streak is complete as its data
-goes stale, and that one eviction does not cool; in the short profile that fault comes first,
-while the rest of the cluster has room). The rebalancer has work to do exactly when it must not (or must
+goes stale, and that one eviction does not cool; in the short profile these two faults come
+first, while the rest of the cluster has room). The rebalancer has work to do exactly when it must not (or must
 stop mid-way): a fault that meets no hot node proves nothing.
 """
 
@@ -34,7 +34,7 @@ FAULTS = (
     "apiserver_down", "node_not_ready", "node_deleted_hot", "config_valid", "config_invalid", "dry_run",
 )  # fmt: skip
 # a workload drifts hot just before these: the rebalancer has work exactly when its data goes stale
-HEATED = ("prometheus_down", "prometheus_slow", "node_signal_failing", "kill_mid_eviction")
+HEATED = ("prometheus_down", "prometheus_slow")
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,10 @@ def schedule(seed: int, profile: Profile, seconds: float | None) -> tuple[list[E
     faults: list[Event] = []
     kinds = list(FAULTS)
     rng.shuffle(kinds)
-    if profile.name == "short":  # its one stale window while the cluster is cool: a hot node has targets
-        kinds.remove("node_signal_failing")
-        kinds.insert(0, "node_signal_failing")
+    if profile.name == "short":  # the two that need a hot node with targets first, while the cluster has room
+        for kind in ("kill_mid_eviction", "node_signal_failing"):
+            kinds.remove(kind)
+            kinds.insert(0, kind)
     t, last = profile.first_fault, (seconds or 0) - profile.settle
     for index in range(len(kinds) if seconds is None else 10**6):
         kind = kinds[index] if index < len(kinds) else rng.choice(FAULTS)
@@ -114,7 +115,7 @@ def schedule(seed: int, profile: Profile, seconds: float | None) -> tuple[list[E
             life.append(Event(t, "node_add" if roll < 0.97 else "node_remove"))
         t += rng.uniform(*profile.life_gap)
     for fault in faults:
-        if fault.kind == "node_signal_failing":  # a node hot, and hot past one eviction, as the data goes stale
+        if fault.kind in ("node_signal_failing", "kill_mid_eviction"):  # a node hot past one eviction
             life.append(Event(max(fault.at - 40, 1.0), "node_heat", value=rng.uniform(*HOT)))
         elif fault.kind in HEATED:
             life.append(Event(max(fault.at - 25, 1.0), "phase", rng.choice(WORKLOADS), rng.uniform(*HOT)))
