@@ -5,7 +5,7 @@ Two profiles share every rule. `long` (the benchmark): 30 nodes, life every 4-12
 every 45-120 s (each kind once, in a seeded order, then drawn at random), the last fault ending
 6 minutes before the end, the settling window. `short` (tests/e2e/test_cluster_soak.py): 12
 nodes and smaller Deployments (the same load per node), each fault kind exactly once with
-shorter outages, 4-6 s apart, and a minute after the last.
+shorter outages, 3-4 s apart, and a minute after the last.
 
 In both, a workload drifts hot shortly before each Prometheus fault; and 40 s before the node
 signal starts failing and before the kill that waits for an eviction, the workload pods of the
@@ -60,10 +60,10 @@ LONG = Profile(
 )  # fmt: skip
 SHORT = Profile(
     "short", 12,
-    {"kill_holder": (6, 8), "kill_mid_eviction": (6, 8), "prometheus_down": (30, 33), "prometheus_slow": (22, 25),
-     "node_signal_failing": (45, 50), "apiserver_down": (30, 32), "node_not_ready": (20, 25),
-     "config_valid": (12, 15), "dry_run": (12, 15), "config_invalid": (6, 6)},
-    (3, 6), (4, 6), 40, 60, False, 3, (2, 4),
+    {"kill_holder": (6, 8), "kill_mid_eviction": (6, 8), "prometheus_down": (25, 27), "prometheus_slow": (20, 22),
+     "node_signal_failing": (40, 42), "apiserver_down": (20, 22), "node_not_ready": (15, 18),
+     "config_valid": (10, 12), "dry_run": (10, 12), "config_invalid": (5, 5)},
+    (3, 6), (3, 4), 55, 60, False, 3, (2, 4),
 )  # fmt: skip
 PROFILES = {p.name: p for p in (LONG, SHORT)}
 
