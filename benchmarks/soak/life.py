@@ -8,8 +8,8 @@ nodes and smaller Deployments (the same load per node), each fault kind exactly 
 shorter outages, 3-4 s apart, and a minute after the last.
 
 In both, a workload drifts hot shortly before each Prometheus fault; and 40 s before the node
-signal starts failing and before the kill that waits for an eviction, the workload pods of the
-node they would make hottest drift hot (`node_heat`: a node whose streak is complete as its data
+signal starts failing (25 s) and before the kill that waits for an eviction (40 s), the
+workload pods of the node they would make hottest drift hot (`node_heat`: a node hot as its data
 goes stale, and that one eviction does not cool; in the short profile these two faults come
 first, while the rest of the cluster has room). The rebalancer has work to do exactly when it must not (or must
 stop mid-way): a fault that meets no hot node proves nothing.
@@ -35,6 +35,10 @@ FAULTS = (
 )  # fmt: skip
 # a workload drifts hot just before these: the rebalancer has work exactly when its data goes stale
 HEATED = ("prometheus_down", "prometheus_slow")
+# seconds before these that a node's pods drift hot (node_heat): before the node signal fails, so
+# that the node turns hot (rate window, then hotFor) just as the data does, its first eviction on
+# fresh data and the next due (a herd window later) on stale data
+HEATS_A_NODE = {"node_signal_failing": 25.0, "kill_mid_eviction": 40.0}
 
 
 @dataclass(frozen=True)
@@ -115,8 +119,8 @@ def schedule(seed: int, profile: Profile, seconds: float | None) -> tuple[list[E
             life.append(Event(t, "node_add" if roll < 0.97 else "node_remove"))
         t += rng.uniform(*profile.life_gap)
     for fault in faults:
-        if fault.kind in ("node_signal_failing", "kill_mid_eviction"):  # a node hot past one eviction
-            life.append(Event(max(fault.at - 40, 1.0), "node_heat", value=rng.uniform(*HOT)))
+        if fault.kind in HEATS_A_NODE:  # a node hot past one eviction
+            life.append(Event(max(fault.at - HEATS_A_NODE[fault.kind], 1.0), "node_heat", value=rng.uniform(*HOT)))
         elif fault.kind in HEATED:
             life.append(Event(max(fault.at - 25, 1.0), "phase", rng.choice(WORKLOADS), rng.uniform(*HOT)))
     return sorted(life + faults, key=lambda e: e.at), total

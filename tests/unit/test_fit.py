@@ -213,7 +213,7 @@ def candidate(constraints: PodConstraints) -> Candidate:
 
 def test_targets_take_the_first_node_the_scheduler_accepts_and_keep_its_room() -> None:
     world = World([node("hot"), node("cordoned", unschedulable=True), node("cool", cpu="2")], [])
-    target_for = targets(world, lambda usage, source: ["cordoned", "cool"])
+    target_for = targets(world, lambda usage, source, planned: ["cordoned", "cool"])
     assert target_for(candidate(pod("p1", cpu="1500m")), "hot").node == "cool"
     second = target_for(candidate(pod("p2", cpu="1")), "hot")  # cool's room went to p1
     assert second.node == ""
@@ -221,6 +221,6 @@ def test_targets_take_the_first_node_the_scheduler_accepts_and_keep_its_room() -
         "the scheduler would refuse each node loadext passes "
         "(the node is cordoned (unschedulable): cordoned; insufficient cpu: cool)"
     )
-    assert targets(world, lambda usage, source: [])(candidate(pod("p3")), "hot").refused == (
+    assert targets(world, lambda usage, source, planned: [])(candidate(pod("p3")), "hot").refused == (
         "no other node passes loadext's filter with it"
     )
