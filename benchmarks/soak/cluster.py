@@ -96,6 +96,7 @@ MIN_POD_AGE = WINDOW  # a replacement is not moved again within the herd window
 RELOADED = 5.0  # seconds within which both replicas apply a ConfigMap edit (the watch, then the reload)
 REFUSED = (client.ApiException, urllib3.exceptions.HTTPError)  # what a call to a stopped API server raises
 INTERRUPT_WITHIN = 120.0  # seconds kill_mid_eviction waits for an eviction to interrupt
+CRASH_BACKOFF = (10.0, 300.0)  # the kubelet's restart delay for a container that exited: first, most
 LIMITS = Limits(CYCLE, MAX_PER_CYCLE, MAX_PER_NODE, MAX_DATA_AGE, HOT_FOR * REFRESH, WINDOW, THRESHOLD, NAMESPACE,
                 RELOADED)  # fmt: skip
 
@@ -139,15 +140,48 @@ class Incarnation:
     port: int
     process: Process
     rss: list[tuple[float, float]] = field(default_factory=list)  # (time, MB)
+    killed: bool = False  # by a fault (which starts the next one itself), not exited on its own
 
 
 class Replicas:
     """The two loadext replicas, each started again after a kill on the same port (the
-    balancer's backend), with the flags the shipped Deployment passes."""
+    balancer's backend), with the flags the shipped Deployment passes. One that exits on its
+    own (as `serve` does when it cannot read its ConfigMap at start, the API server down) is
+    started again as its kubelet would (restartPolicy Always): after CrashLoopBackOff's delay,
+    10 s doubling to 5 minutes, back to 10 s once an incarnation has run 10 minutes."""
 
     def __init__(self, plane: ControlPlane, ports: dict[str, int]) -> None:
         self.plane, self.ports = plane, ports
         self.lives: list[Incarnation] = []
+        self.crashes: list[tuple[float, str]] = []  # (when it exited, which incarnation)
+        self._backoff = dict.fromkeys(REPLICAS, CRASH_BACKOFF[0])
+        self._stop = threading.Event()
+        self._kubelet = threading.Thread(target=self._restart_exited, daemon=True)
+
+    def supervise(self) -> None:
+        self._kubelet.start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _restart_exited(self) -> None:
+        exited: dict[str, float] = {}
+        while not self._stop.wait(0.5):
+            for life in self.currents():
+                if life.killed or life.process.proc.poll() is None:
+                    continue
+                now = time.time()
+                if life.replica not in exited:
+                    exited[life.replica] = now
+                    self.crashes.append((now, life.process.name))
+                    lived = now - life.started
+                    backoff = self._backoff[life.replica]
+                    self._backoff[life.replica] = (
+                        CRASH_BACKOFF[0] if lived >= 600 else min(backoff * 2, CRASH_BACKOFF[1])
+                    )
+                if now - exited[life.replica] >= self._backoff[life.replica]:
+                    del exited[life.replica]
+                    self.start(life.replica)
 
     def start(self, replica: str) -> Incarnation:
         argv = [
@@ -165,9 +199,10 @@ class Replicas:
         return [next(life for life in reversed(self.lives) if life.replica == r) for r in REPLICAS]
 
     def kill(self, replica: str) -> None:
-        process = next(life for life in reversed(self.lives) if life.replica == replica).process
-        process.proc.kill()
-        process.proc.wait()
+        life = next(life for life in reversed(self.lives) if life.replica == replica)
+        life.killed = True
+        life.process.proc.kill()
+        life.process.proc.wait()
 
     def url(self, replica: str) -> str:
         return f"http://127.0.0.1:{self.ports[replica]}"
@@ -409,6 +444,7 @@ def run(seed: int, minutes: float, profile: Profile, workdir: Path) -> dict[str,
         world.nodes.extend(add_nodes(core, "soak", profile.nodes))
         for replica in REPLICAS:
             replicas.start(replica)
+        replicas.supervise()
         for replica in REPLICAS:
             wait_until(lambda r=replica: ready(replicas.url(r)), f"{replica} ready", timeout=120)  # type: ignore[misc]
         shipped = shipped_scheduler_config(plane, "base")
@@ -451,6 +487,7 @@ def run(seed: int, minutes: float, profile: Profile, workdir: Path) -> dict[str,
     finally:
         if observer is not None:
             observer.stop()
+        replicas.close()
         balancer.close()
         plane.stop()
         prom.stop()
@@ -479,6 +516,9 @@ def summary(seed: int, minutes: float, profile: Profile, world: World, invariant
             "life": seen.life,
             "life the API server refused": seen.life_refused,
             "replica starts": len(world.replicas.lives),
+            "replicas that exited on their own (restarted as a kubelet would)": [
+                name for _, name in world.replicas.crashes
+            ],
             "settled after the last fault (s)": None if settled is None else round(settled - last_fault),
             "node-seconds over the threshold": sum(
                 sum(1 for share in s.shares.values() if share > THRESHOLD) for s in seen.samples
