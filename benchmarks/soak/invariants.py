@@ -109,7 +109,7 @@ def check(
     elif settled_after(seen.samples, last_fault, limits.threshold) is None:
         violation(settle, "not by the end")
     names = [
-        "one replica evicting per cycle", "evictions per cycle within maxPerCycle",
+        "one replica evicting per cycle", "every eviction by the Lease holder", "evictions per cycle within maxPerCycle",
         "evictions per node per cycle within the limit", "no eviction on stale metrics",
         "no eviction in dryRun mode", "no eviction within hotFor refreshes of a start",
         "no eviction past a disruption budget", "no replacement evicted within the herd window",
@@ -156,6 +156,12 @@ def _evictions(seen: Observed, faults: list[Fault], lives: list[Any], limits: Li
             if fault.kind == "dry_run" and fault.start + limits.reloaded <= e.time <= fault.end:
                 violation("no eviction in dryRun mode", f"{e.pod} at {e.time:.0f}")
         maker = seen.evicted_by.get(e.uid)
+        around = [s.holder for s in seen.samples if e.time - 2 <= s.time <= e.time + 2]
+        if maker and around and maker not in around:  # the holder as read a second either side
+            violation(
+                "every eviction by the Lease holder",
+                f"{e.pod} by {maker}, the Lease naming {sorted(set(map(str, around)))}",
+            )
         started = [life.started for life in lives if life.replica == maker and life.started <= e.time]
         if started and e.time - started[-1] < limits.hot_for_seconds:
             violation("no eviction within hotFor refreshes of a start", f"{e.pod} by {maker}")
