@@ -109,8 +109,9 @@ def check(
     elif settled_after(seen.samples, last_fault, limits.threshold) is None:
         violation(settle, "not by the end")
     names = [
-        "one replica evicting per cycle", "every eviction by the Lease holder", "evictions per cycle within maxPerCycle",
-        "evictions per node per cycle within the limit", "no eviction on stale metrics",
+        "one replica evicting per cycle", "every eviction by the Lease holder",
+        "evictions per cycle within maxPerCycle", "evictions per node per cycle within the limit",
+        "no eviction on stale metrics",
         "no eviction in dryRun mode", "no eviction within hotFor refreshes of a start",
         "no eviction past a disruption budget", "no replacement evicted within the herd window",
         "no eviction of a pod loadext must leave", "no eviction from a node not Ready",
