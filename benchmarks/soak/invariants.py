@@ -219,7 +219,7 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
             if not any(during):
                 violation(shown, f"{label}: {alert} never true")
             after = [v[alert] for t, v in seen.alerts if fault.end <= t <= clear_by]
-            if judge_clearing and (not after or after[-1]):
+            if judge_clearing and all(after):  # never false since it ended (the next fault may set it again)
                 violation(cleared, f"{label}: {alert} still true")
         if says is None:
             continue
@@ -229,6 +229,6 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
             if not any(during):
                 violation(shown, f"{label}: {replica}'s /explain never said so")
             after = [says(d, fault) for t, d in digests if fault.end <= t <= fault.end + CLEARED_WITHIN]
-            if CLEARS.get(fault.kind, True) and (not after or after[-1]):
+            if CLEARS.get(fault.kind, True) and all(after):
                 violation(cleared, f"{label}: {replica}'s /explain still says so")
     return unjudged
