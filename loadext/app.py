@@ -31,7 +31,7 @@ from loadext.core.cluster import Cluster
 from loadext.core.explain import explain, node_states_builder
 from loadext.core.extender import Extender
 from loadext.core.requests import BindingArgs
-from loadext.http import lifecycle, tls
+from loadext.http import lifecycle, starting, tls
 from loadext.http.server import create_app, create_ops_app, install_event_loop
 from loadext.http.state import ServerState
 from loadext.sources import kube, listwatch, watches
@@ -225,7 +225,17 @@ def serve(options: ServeOptions) -> int:
     source, kube_access, ports = options.source, options.kube, options.ports
     # config, then the sources it needs, then the state and actors (App), then the server
     api = kube.api_client(kube_access.kubeconfig) if kube_access.wanted or source.configmap_ref else None
-    text, where = initial_text(source, api)
+    served = tls.serving(options.tls, source.reload_interval)
+    context = served[0] if served is not None else None
+    addresses: list[starting.Address] = [(*ports.listen, context)]
+    if ports.metrics_listen:
+        addresses.append((*ports.metrics_listen, None))
+    install_event_loop()
+    text, where = asyncio.run(
+        starting.read_when_answered(
+            lambda: initial_text(source, api), kube.worth_waiting, addresses, options.limits.header_timeout
+        )
+    )
     config = parse_config(text, source=where)
     if api is None and (config.bind_enabled or config.herd_guard.enabled):
         api = kube.api_client(None)  # in-cluster: bind and the pod watch need it
@@ -249,10 +259,8 @@ def serve(options: ServeOptions) -> int:
         where,
         config.hash,
     )
-    context = None
-    if (served := tls.serving(options.tls, source.reload_interval)) is not None:
-        context, reload_files = served
-        web_app.cleanup_ctx.append(reload_files)
+    if served is not None:
+        web_app.cleanup_ctx.append(served[1])
     listeners = [lifecycle.Listener(web_app, host, port, context)]
     if ports.metrics_listen:
         listeners.append(lifecycle.Listener(create_ops_app(app.server), *ports.metrics_listen))
@@ -261,7 +269,6 @@ def serve(options: ServeOptions) -> int:
     def drain() -> None:
         app.server.draining = True
 
-    install_event_loop()
     tune_interpreter()
     asyncio.run(
         lifecycle.serve(

@@ -64,21 +64,9 @@ async def serve(
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum.name)
-    runners = []
+    runners: list[web.AppRunner] = []
     try:
-        for listener in listeners:
-            runner = web.AppRunner(listener.app, access_log=None, shutdown_timeout=shutdown.timeout)
-            await runner.setup()
-            runners.append(runner)
-            site = GuardedSite(
-                runner,
-                listener.host,
-                listener.port,
-                header_timeout,
-                on_header_timeout,
-                ssl_context=listener.ssl_context,
-            )
-            await site.start()
+        await listen(listeners, header_timeout, shutdown.timeout, on_header_timeout, runners)
         await stop.wait()
         await woken_within(hurry, shutdown.delay)
         log.info("draining: no new connections; waiting up to %.0fs for requests in flight", shutdown.timeout)
@@ -88,3 +76,27 @@ async def serve(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
     log.info("stopped")
+
+
+async def listen(
+    listeners: list[Listener],
+    header_timeout: float,
+    shutdown_timeout: float,
+    on_header_timeout: Callable[[], None],
+    runners: list[web.AppRunner],
+) -> None:
+    """Start serving each listener, appending its runner to `runners` as it starts: whoever
+    called cleans up those that started, even when a later one fails (a port in use)."""
+    for listener in listeners:
+        runner = web.AppRunner(listener.app, access_log=None, shutdown_timeout=shutdown_timeout)
+        await runner.setup()
+        runners.append(runner)
+        site = GuardedSite(
+            runner,
+            listener.host,
+            listener.port,
+            header_timeout,
+            on_header_timeout,
+            ssl_context=listener.ssl_context,
+        )
+        await site.start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -34,7 +35,12 @@ API_TIMEOUT = 10.0
 
 
 class KubeError(Exception):
-    """The Kubernetes API could not be used, said in one line that leads with the cause."""
+    """The Kubernetes API could not be used, said in one line that leads with the cause.
+    `passing` when waiting may cure it: no answer came, or the server said so (429, 5xx)."""
+
+    def __init__(self, message: str, passing: bool = False) -> None:
+        super().__init__(message)
+        self.passing = passing
 
 
 def api_client(kubeconfig: str | None) -> Any:
@@ -60,12 +66,28 @@ def api_client(kubeconfig: str | None) -> Any:
     return client.CoreV1Api(client.ApiClient(configuration))
 
 
+# How long serve's start waits out a refusal of its ConfigMap (401, 403, 404): an API server just
+# started refuses what it will allow until its authorizer's caches fill (seen here ~1 s after a
+# restart), so a refusal is believed once it has held this long.
+REFUSAL_WAITED = 30.0
+
+
+def worth_waiting(exc: Exception) -> float:
+    """For how long a failed read of serve's ConfigMap at start is worth trying again: no answer
+    or the server's own trouble (429, 5xx) as long as it lasts, a refusal REFUSAL_WAITED,
+    anything else (a missing key, no API client) not at all."""
+    if not isinstance(exc, KubeError):
+        return 0.0
+    return math.inf if exc.passing else REFUSAL_WAITED
+
+
 def unusable(api: Any, doing: str, exc: ApiException | urllib3.exceptions.HTTPError) -> KubeError:
     """A call the command cannot go on without, in one line that leads with the cause."""
     host = api.api_client.configuration.host
     if isinstance(exc, ApiException):
-        return KubeError(f"{doing} failed: {exc.status} {exc.reason} ({host})")
-    return KubeError(f"{doing} failed: {unanswered(exc, API_TIMEOUT)} to {host}")
+        passing = exc.status == 429 or (exc.status or 0) >= 500
+        return KubeError(f"{doing} failed: {exc.status} {exc.reason} ({host})", passing=passing)
+    return KubeError(f"{doing} failed: {unanswered(exc, API_TIMEOUT)} to {host}", passing=True)
 
 
 def bind(api: Any, args: BindingArgs, timeout: float = API_TIMEOUT) -> str:

@@ -10,12 +10,19 @@ loadext, and what the scheduler sees in each:
   afterwards the watches re-list, so a node deleted and one created right after the restart are
   seen (no stale cache kept), a ConfigMap edit applies, and pods are placed through loadext.
 
-The API server test runs last: it takes the shared control plane down for a few seconds.
+- A replica started while the API server is down: alive and not ready, saying why, until it can
+  read its ConfigMap; then it serves. One refused its ConfigMap (403) exits once the refusal has
+  held for 30 s, saying so.
+
+The API server tests run last: they take the shared control plane down for a few seconds.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -36,7 +43,9 @@ from harness.cluster import (
 from harness.exporter import Exporter
 from harness.kubernetes import wait_until
 from harness.metrics_text import metric_if_present, metric_value
+from harness.prometheus import free_port
 from harness.wire import fixture_bytes
+from loadext.sources.kube import REFUSAL_WAITED
 
 pytestmark = pytest.mark.e2e
 
@@ -140,3 +149,57 @@ def test_apiserver_down_and_back_watches_resume(cluster: Cluster, exporter: Expo
         cluster.loadext.set_config(e2e_config(cluster.proxy.url))
     make_pod(cluster.core, f"{slug}-pod", slug, "loadext-scheduler", node=stays)
     assert scheduled_node(cluster.core, f"{slug}-pod", timeout=90) == stays
+
+
+def _argv_with(cluster: Cluster, flag: str, value: str) -> list[str]:
+    """The shared loadext's command line with one flag's value changed."""
+    argv = list(cluster.loadext.argv)
+    argv[argv.index(flag) + 1] = value
+    return argv
+
+
+def _answer(url: str, data: bytes | None = None) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_a_replica_started_during_an_api_server_outage_waits_then_serves(cluster: Cluster) -> None:
+    """Its ConfigMap unreadable at start, a replica stays up: alive, not ready, the cause said to
+    the probes and the scheduler, and serving the ConfigMap's config once the API server is back.
+    Exiting would leave its restart to the kubelet's growing backoff."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cluster.plane.stop_apiserver()
+    try:
+        late = cluster.plane.spawn("loadext-late", _argv_with(cluster, "--listen", f"127.0.0.1:{port}"))
+        wait_until(lambda: _answer(url + "/healthz") == (200, "ok\n"), "the replica to listen", 30, late)
+        cause = f"reading ConfigMap loadext/loadext-config failed: connection refused to {cluster.plane.url}"
+        assert _answer(url + "/readyz") == (503, f"waiting for the config: {cause}\n")
+        status, body = _answer(url + "/filter", fixture_bytes("filter-names.json"))
+        assert (status, json.loads(body)) == (503, {"error": f"loadext is starting, waiting for its config: {cause}"})
+    finally:
+        cluster.plane.start_apiserver()
+    wait_until(lambda: _answer(url + "/readyz") == (200, "ready\n"), "the replica to be ready", 60, late)
+    assert _answer(url + "/explain")[0] == 200
+    explained = json.loads(_answer(url + "/explain")[1])
+    assert explained["configHash"] == cluster.loadext.get_json("/explain")["configHash"]
+    assert "config read after waiting" in late.log_tail(20000)
+    late.stop()
+
+
+def test_a_replica_refused_its_configmap_exits_once_the_refusal_holds_saying_so(cluster: Cluster) -> None:
+    """A refusal is waited out for REFUSAL_WAITED (an API server just back refuses what it will
+    allow), then believed: the process ends with the cause, for its kubelet to show."""
+    argv = _argv_with(cluster, "--configmap", "loadext/no-such-config")
+    argv[argv.index("--listen") + 1] = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 4, result.stderr
+    assert time.monotonic() - started >= REFUSAL_WAITED
+    assert "Traceback" not in result.stderr
+    cause = f"reading ConfigMap loadext/no-such-config failed: 403 Forbidden ({cluster.plane.url})"
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [f"error: {cause}"]
+    assert f"waiting for the config: {cause}; trying again in 1s" in result.stderr

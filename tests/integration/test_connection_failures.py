@@ -89,10 +89,6 @@ def test_kubeconfig_and_api_problems_are_one_line_with_exit_4(tmp_path: Path) ->
     unreachable = loadext("explain", "--config", config, "--kubeconfig", str(kubeconfig))
     assert unreachable.returncode == EXIT_KUBERNETES
     assert the_line(unreachable) == f"error: listing Nodes failed: connection refused to https://127.0.0.1:{port}"
-    configmap = loadext("serve", "--configmap", "ops/loadext", "--kubeconfig", str(kubeconfig))
-    assert configmap.returncode == EXIT_KUBERNETES
-    line = f"error: reading ConfigMap ops/loadext failed: connection refused to https://127.0.0.1:{port}"
-    assert the_line(configmap) == line
 
 
 def test_explain_with_address_identities_and_no_kubeconfig_says_it_needs_one(tmp_path: Path) -> None:
