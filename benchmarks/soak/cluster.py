@@ -20,7 +20,7 @@ stopped with etcd kept, a node's kubelet going NotReady, the hottest node delete
 invalid ConfigMap edits, `mode` flipped to dryRun and back. Faults run beside life, not
 instead of it. What is checked, and how, is invariants.py; what is recorded, observe.py.
 
-`--profile short` is meant for the test suite (not in it yet: see docs/benchmarks.md): 12 nodes, each
+`--profile short` is the test suite's version (tests/e2e/test_cluster_soak.py): 12 nodes, each
 fault kind once, about five minutes. Prints the table of invariants and the run's figures,
 writes results.json and timeline.png into `--out`, and exits 1 on any violation.
 """

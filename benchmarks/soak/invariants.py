@@ -82,7 +82,7 @@ def check(
     unjudged = _shown(seen, faults, limits, run_end, violation)
     if unjudged:
         not_judged["a fault clears from /explain and its alert within 60 s of its end"] = (
-            f"the run ends before the alert's window for {', '.join(unjudged)} (the others were judged)"
+            f"the run ends before the window for {', '.join(unjudged)} (the others were judged)"
         )
     for fault in faults:  # readiness comes back
         for replica in REPLICAS:
@@ -223,12 +223,17 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
                 violation(cleared, f"{label}: {alert} still true")
         if says is None:
             continue
+        explain_clears = CLEARS.get(fault.kind, True)
+        if explain_clears and run_end < fault.end + CLEARED_WITHIN:
+            explain_clears = False
+            if fault.kind not in unjudged:
+                unjudged.append(fault.kind)
         for replica in REPLICAS:
             digests = [(t, d) for t, r, d in seen.explained if r == replica]
             during = [says(d, fault) for t, d in digests if fault.start <= t <= fault.start + SHOWN_WITHIN]
             if not any(during):
                 violation(shown, f"{label}: {replica}'s /explain never said so")
             after = [says(d, fault) for t, d in digests if fault.end <= t <= fault.end + CLEARED_WITHIN]
-            if CLEARS.get(fault.kind, True) and all(after):
+            if explain_clears and all(after):
                 violation(cleared, f"{label}: {replica}'s /explain still says so")
     return unjudged

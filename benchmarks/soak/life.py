@@ -3,7 +3,7 @@ makes (Deployments with their budgets, Jobs, Nodes). benchmarks/soak/cluster.py 
 
 Two profiles share every rule. `long` (the benchmark): 30 nodes, life every 4-12 s, a fault
 every 45-120 s (each kind once, in a seeded order, then drawn at random), the last fault ending
-6 minutes before the end, the settling window. `short` (meant for the test suite): 12
+6 minutes before the end, the settling window. `short` (tests/e2e/test_cluster_soak.py): 12
 nodes and smaller Deployments (the same load per node), each fault kind exactly once with
 shorter outages, 3-4 s apart, and a minute after the last.
 
