@@ -223,7 +223,8 @@ def tune_interpreter() -> None:
 def serve(options: ServeOptions) -> int:
     """Run the extender until SIGTERM (lifecycle.py drains and stops it)."""
     source, kube_access, ports = options.source, options.kube, options.ports
-    # config, then the sources it needs, then the state and actors (App), then the server
+    # the config (the ports answering meanwhile if the API server keeps it waiting: starting.py),
+    # then the sources it needs, then the state and actors (App), then the server
     api = kube.api_client(kube_access.kubeconfig) if kube_access.wanted or source.configmap_ref else None
     served = tls.serving(options.tls, source.reload_interval)
     context = served[0] if served is not None else None
