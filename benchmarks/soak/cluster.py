@@ -431,12 +431,15 @@ def run(seed: int, minutes: float, profile: Profile, workdir: Path) -> dict[str,
              f"--manage-nodes-with-annotation-selector={MANAGED[0]}={MANAGED[1]}",
              f"--server-address={kwok_address}", "--node-ip=127.0.0.1", "--cidr=127.8.0.0/16"],
         )  # fmt: skip
-        # kwok's heartbeats come every 20-45 s: the grace period is long enough never to take a
-        # slow one for a dead kubelet (a NotReady here is the kubelet saying so, life.kubelet_gone)
+        # A NotReady node here is its kubelet saying so (life.kubelet_gone), which the node
+        # lifecycle controller acts on at once. A silent kubelet is not part of the soak: the
+        # controller takes no heartbeat from kwok (no node Leases), and with a grace period
+        # shorter than the run it marked every pod NotReady 10 minutes after its node appeared,
+        # leaving each workload's budget with no disruption to allow.
         plane.start_controller_manager(
             "deployment-controller", "replicaset-controller", "job-controller", "disruption-controller",
             "ttl-after-finished-controller", "pod-garbage-collector-controller", "node-lifecycle-controller",
-            flags=["--node-monitor-grace-period=10m", "--node-startup-grace-period=10m"],
+            flags=["--node-monitor-grace-period=24h", "--node-startup-grace-period=24h"],
         )  # fmt: skip
         config = loadext_config(prom.proxy.url)
         world = World(plane, api, replicas, prom, seen, config, [])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from run import NAMESPACE, USAGE_CPU, make_nodes, millicores
@@ -217,5 +218,14 @@ def kubelet_gone(core: Any, node: str) -> None:
 
 
 def kubelet_back(core: Any, node: str) -> None:
-    """kwok manages the node again: its node-initialize stage reports it Ready."""
+    """kwok manages the node again: its node-initialize stage reports it Ready. Meanwhile the node
+    lifecycle controller marked the node's pods NotReady; a kubelet back reports them Ready at its
+    next status sync, but kwok's stages only ready pods still Pending, so this does it (else each
+    workload's budget would allow no disruption for good)."""
     core.patch_node(node, {"metadata": {"annotations": {MANAGED[0]: MANAGED[1]}}})
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = [{"type": kind, "status": "True", "lastTransitionTime": now} for kind in ("Ready", "ContainersReady")]
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
+        if pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None:
+            meta = pod.metadata
+            core.patch_namespaced_pod_status(meta.name, meta.namespace, {"status": {"conditions": ready}})
