@@ -145,7 +145,8 @@ class Rebalancer:
             return []
         window = config.herd_guard.window
         await self._settle(cluster, heat.refused, window, now)
-        holds = Holds({uid for uid, until in self._backoff.items() if until > now}, self._paused(now))
+        self._backoff = {uid: until for uid, until in self._backoff.items() if until > now}  # gone pods too
+        holds = Holds(set(self._backoff), self._paused(now))
         nodes = [
             hot_node(
                 node, cluster.world.nodes.get(node), signals, heat.over.get(node, {}), heat.allocatable.get(node, {}),
