@@ -64,6 +64,15 @@ SHOWN: dict[str, tuple[str | None, Callable[[Digest, Fault], bool] | None]] = {
     "restart_both": (None, None),
 }
 CLEARS = {"node_deleted_hot": False}  # a deleted node does not come back
+# Alerts a fault sets besides its own: Prometheus down or slow fails every query too. A later
+# fault that sets a fault's alert again before that one could clear masks its clearing.
+ALSO_SETS = {"prometheus_down": {"LoadextPrometheusQueryErrors"}, "prometheus_slow": {"LoadextPrometheusQueryErrors"}}
+
+
+def sets(kind: str) -> set[str]:
+    """Every alert a fault of `kind` turns true."""
+    alert = SHOWN[kind][0]
+    return ({alert} if alert else set()) | ALSO_SETS.get(kind, set())
 
 
 def check(
@@ -82,7 +91,7 @@ def check(
     unjudged = _shown(seen, faults, limits, run_end, violation)
     if unjudged:
         not_judged["a fault clears from /explain and its alert within 60 s of its end"] = (
-            f"the run ends before the window for {', '.join(unjudged)} (the others were judged)"
+            f"{', '.join(unjudged)}; the others were judged"
         )
     for fault in faults:  # readiness comes back
         for replica in REPLICAS:
@@ -200,7 +209,8 @@ def _pending(seen: Observed, limits: Limits, violation: Any) -> None:
 
 
 def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, violation: Any) -> list[str]:
-    """Returns the faults whose clearing the run ended too soon to judge."""
+    """Returns the faults whose clearing cannot be judged, each with why: the run ended first, or
+    a later fault set the same alert again before it could clear."""
     shown, cleared = (
         "a fault shows in /explain and its alert within 30 s",
         "a fault clears from /explain and its alert within 60 s of its end",
@@ -212,7 +222,11 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
         clear_by = fault.end + CLEARED_WITHIN_BY_KIND.get(fault.kind, CLEARED_WITHIN)
         judge_clearing = CLEARS.get(fault.kind, True)
         if judge_clearing and run_end < clear_by:
-            unjudged.append(fault.kind)
+            unjudged.append(f"{fault.kind} (the run ended first)")
+            judge_clearing = False
+        masked = [g for g in faults if g is not fault and fault.end < g.start <= clear_by and alert in sets(g.kind)]
+        if judge_clearing and masked:
+            unjudged.append(f"{fault.kind} (its alert set again by {masked[0].kind} before it could clear)")
             judge_clearing = False
         if alert is not None:
             during = [v[alert] for t, v in seen.alerts if fault.start <= t <= fault.start + SHOWN_WITHIN]
@@ -226,8 +240,8 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
         explain_clears = CLEARS.get(fault.kind, True)
         if explain_clears and run_end < fault.end + CLEARED_WITHIN:
             explain_clears = False
-            if fault.kind not in unjudged:
-                unjudged.append(fault.kind)
+            if not any(u.startswith(fault.kind) for u in unjudged):
+                unjudged.append(f"{fault.kind} (the run ended first)")
         for replica in REPLICAS:
             digests = [(t, d) for t, r, d in seen.explained if r == replica]
             during = [says(d, fault) for t, d in digests if fault.start <= t <= fault.start + SHOWN_WITHIN]
