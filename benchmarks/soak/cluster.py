@@ -401,8 +401,9 @@ def gone_is_fine(call: Any, *args: Any) -> None:
             raise
 
 
-def run(seed: int, minutes: float, profile: Profile, workdir: Path) -> dict[str, Any]:
+def run(seed: int, minutes: float, profile: Profile, workdir: Path, faults: bool = True) -> dict[str, Any]:
     events, seconds = schedule(seed, profile, None if profile.name == "short" else minutes * 60)
+    events = [event for event in events if faults or event.kind not in FAULTS]
     rng = random.Random(seed + 1)
     kwok, stages = build_kwok()
     plane = ControlPlane(workdir, build_components())
@@ -598,10 +599,15 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=60.0, help="the long profile's length")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="long")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--no-faults",
+        action="store_true",
+        help="life alone: the replicas live the whole run (RSS past the decision log's warm-up)",
+    )
     args = parser.parse_args()
     workdir = args.out or Path(tempfile.mkdtemp(prefix="loadext-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    results = run(args.seed, args.minutes, PROFILES[args.profile], workdir)
+    results = run(args.seed, args.minutes, PROFILES[args.profile], workdir, faults=not args.no_faults)
     print(table(results))
     print(f"\nresults, timeline.png and logs in {workdir}", file=sys.stderr)
     return 1 if any(found["violations"] for found in results["invariants"].values()) else 0
