@@ -113,7 +113,9 @@ def check(
         not_judged["RSS flat after warm-up"] = "no incarnation lived 15 minutes"
     last_fault = max((f.end for f in faults), default=0.0)
     settle = "every node within its threshold within 5 minutes of the last fault"
-    if run_end - last_fault < SETTLE:
+    if not faults:
+        not_judged[settle] = "no fault in the run (--no-faults)"
+    elif run_end - last_fault < SETTLE:
         not_judged[settle] = f"the run ends {run_end - last_fault:.0f} s after the last fault"
     elif settled_after(seen.samples, last_fault, limits.threshold) is None:
         violation(settle, "not by the end")
