@@ -226,8 +226,7 @@ def serve(options: ServeOptions) -> int:
     # the config (the ports answering meanwhile if the API server keeps it waiting: starting.py),
     # then the sources it needs, then the state and actors (App), then the server
     api = kube.api_client(kube_access.kubeconfig) if kube_access.wanted or source.configmap_ref else None
-    served = tls.serving(options.tls, source.reload_interval)
-    context = served[0] if served is not None else None
+    context, reload_files = tls.serving(options.tls, source.reload_interval) or (None, None)
     addresses: list[starting.Address] = [(*ports.listen, context)]
     if ports.metrics_listen:
         addresses.append((*ports.metrics_listen, None))
@@ -260,8 +259,8 @@ def serve(options: ServeOptions) -> int:
         where,
         config.hash,
     )
-    if served is not None:
-        web_app.cleanup_ctx.append(served[1])
+    if reload_files is not None:
+        web_app.cleanup_ctx.append(reload_files)
     listeners = [lifecycle.Listener(web_app, host, port, context)]
     if ports.metrics_listen:
         listeners.append(lifecycle.Listener(create_ops_app(app.server), *ports.metrics_listen))

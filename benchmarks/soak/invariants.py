@@ -239,11 +239,8 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
                 violation(cleared, f"{label}: {alert} still true")
         if says is None:
             continue
-        explain_clears = CLEARS.get(fault.kind, True)
-        if explain_clears and run_end < fault.end + CLEARED_WITHIN:
-            explain_clears = False
-            if not any(u.startswith(fault.kind) for u in unjudged):
-                unjudged.append(f"{fault.kind} (the run ended first)")
+        # its window lies within the alert's, so a run that cuts it short is already in `unjudged`
+        explain_clears = CLEARS.get(fault.kind, True) and run_end >= fault.end + CLEARED_WITHIN
         for replica in REPLICAS:
             digests = [(t, d) for t, r, d in seen.explained if r == replica]
             during = [says(d, fault) for t, d in digests if fault.start <= t <= fault.start + SHOWN_WITHIN]

@@ -3,8 +3,8 @@
 With its config in a ConfigMap, loadext can build nothing until the API server answers. Exiting
 would hand the retry to the kubelet's CrashLoopBackOff, whose delays grow to five minutes: a
 replica started during a control-plane outage would stay down long after the API server is back.
-So while the read fails in a way waiting can cure (`passing`), loadext listens where it will
-serve: /healthz answers 200 (it is alive and doing its job, and the liveness probe must not kill
+So while the read fails in a way waiting can cure (the caller's `worth_waiting`), loadext
+listens where it will serve: /healthz answers 200 (it is alive and doing its job, and the liveness probe must not kill
 it), /readyz 503 with the cause, every other path 503 with a JSON error saying the same. The read
 is tried again 1 s later, the wait doubling to 8 s. A failure is raised, to end the process with
 its message, once it has lasted longer than waiting is worth for its kind (the caller's
@@ -50,7 +50,8 @@ async def read_when_answered(
     try:
         return await asyncio.to_thread(read)
     except Exception as exc:
-        cause, budget = _judged(exc, worth_waiting, failing_since)
+        budget = worth_waiting(exc)
+        cause = _judged(exc, budget, failing_since)
 
     async def not_ready(_: web.Request) -> web.Response:
         return web.Response(status=503, text=f"waiting for the config: {cause}\n")
@@ -73,9 +74,9 @@ async def read_when_answered(
             try:
                 result = await asyncio.to_thread(read)
             except Exception as exc:
-                if worth_waiting(exc) != budget:  # another kind of failure: its own count
-                    failing_since = time.monotonic()
-                cause, budget = _judged(exc, worth_waiting, failing_since)
+                if (kind_budget := worth_waiting(exc)) != budget:  # another kind of failure: its own count
+                    failing_since, budget = time.monotonic(), kind_budget
+                cause = _judged(exc, budget, failing_since)
                 wait = min(2 * wait, LONGEST_WAIT)
             else:
                 log.info("config read after waiting; starting")
@@ -85,12 +86,11 @@ async def read_when_answered(
             await runner.cleanup()
 
 
-def _judged(exc: Exception, worth_waiting: Callable[[Exception], float], since: float) -> tuple[str, float]:
-    """The failure's cause and budget while it is worth waiting out; raised once it is not."""
-    budget = worth_waiting(exc)
+def _judged(exc: Exception, budget: float, since: float) -> str:
+    """The failure's cause while its kind has failed for less than its budget; raised once not."""
     if time.monotonic() - since >= budget:
         raise exc
-    return str(exc), budget
+    return str(exc)
 
 
 async def _alive(_: web.Request) -> web.Response:

@@ -151,10 +151,11 @@ def test_apiserver_down_and_back_watches_resume(cluster: Cluster, exporter: Expo
     assert scheduled_node(cluster.core, f"{slug}-pod", timeout=90) == stays
 
 
-def _argv_with(cluster: Cluster, flag: str, value: str) -> list[str]:
-    """The shared loadext's command line with one flag's value changed."""
+def _argv_with(cluster: Cluster, values: dict[str, str]) -> list[str]:
+    """The shared loadext's command line with these flags' values changed."""
     argv = list(cluster.loadext.argv)
-    argv[argv.index(flag) + 1] = value
+    for flag, value in values.items():
+        argv[argv.index(flag) + 1] = value
     return argv
 
 
@@ -174,7 +175,7 @@ def test_a_replica_started_during_an_api_server_outage_waits_then_serves(cluster
     url = f"http://127.0.0.1:{port}"
     cluster.plane.stop_apiserver()
     try:
-        late = cluster.plane.spawn("loadext-late", _argv_with(cluster, "--listen", f"127.0.0.1:{port}"))
+        late = cluster.plane.spawn("loadext-late", _argv_with(cluster, {"--listen": f"127.0.0.1:{port}"}))
         wait_until(lambda: _answer(url + "/healthz") == (200, "ok\n"), "the replica to listen", 30, late)
         cause = f"reading ConfigMap loadext/loadext-config failed: connection refused to {cluster.plane.url}"
         assert _answer(url + "/readyz") == (503, f"waiting for the config: {cause}\n")
@@ -183,9 +184,9 @@ def test_a_replica_started_during_an_api_server_outage_waits_then_serves(cluster
     finally:
         cluster.plane.start_apiserver()
     wait_until(lambda: _answer(url + "/readyz") == (200, "ready\n"), "the replica to be ready", 60, late)
-    assert _answer(url + "/explain")[0] == 200
-    explained = json.loads(_answer(url + "/explain")[1])
-    assert explained["configHash"] == cluster.loadext.get_json("/explain")["configHash"]
+    status, body = _answer(url + "/explain")
+    assert status == 200
+    assert json.loads(body)["configHash"] == cluster.loadext.get_json("/explain")["configHash"]
     assert "config read after waiting" in late.log_tail(20000)
     late.stop()
 
@@ -193,8 +194,7 @@ def test_a_replica_started_during_an_api_server_outage_waits_then_serves(cluster
 def test_a_replica_refused_its_configmap_exits_once_the_refusal_holds_saying_so(cluster: Cluster) -> None:
     """A refusal is waited out for REFUSAL_WAITED (an API server just back refuses what it will
     allow), then believed: the process ends with the cause, for its kubelet to show."""
-    argv = _argv_with(cluster, "--configmap", "loadext/no-such-config")
-    argv[argv.index("--listen") + 1] = f"127.0.0.1:{free_port()}"
+    argv = _argv_with(cluster, {"--configmap": "loadext/no-such-config", "--listen": f"127.0.0.1:{free_port()}"})
     started = time.monotonic()
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert result.returncode == 4, result.stderr
