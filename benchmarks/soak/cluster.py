@@ -140,6 +140,8 @@ class Incarnation:
     port: int
     process: Process
     rss: list[tuple[float, float]] = field(default_factory=list)  # (time, MB)
+    witness: str = ""  # a pod (namespace/name) this incarnation explained: its decision log's oldest then
+    log_full: float | None = None  # when it stopped explaining the witness: its decision log full
     killed: bool = False  # by a fault (which starts the next one itself), not exited on its own
 
 
@@ -531,8 +533,21 @@ def summary(seed: int, minutes: float, profile: Profile, world: World, invariant
                 max((max(s.shares.values(), default=0) for s in seen.samples), default=0), 2
             ),
         },
+        "incarnations": [incarnation(life) for life in world.replicas.lives],
         "faults": [asdict(f) for f in world.faults],
         "evictions": [asdict(e) | {"by": seen.evicted_by.get(e.uid, "")} for e in seen.evictions.values()],
+    }
+
+
+def incarnation(life: Incarnation) -> dict[str, Any]:
+    """One replica process: how long it lived, when its decision log was full, its RSS."""
+    end = life.rss[-1][0] if life.rss else life.started
+    full = None if life.log_full is None else round((life.log_full - life.started) / 60, 1)
+    return {
+        "name": life.process.name,
+        "minutes lived": round((end - life.started) / 60, 1),
+        "decision log full after (min)": full,
+        "RSS first, last (MB)": [round(life.rss[0][1], 1), round(life.rss[-1][1], 1)] if life.rss else None,
     }
 
 

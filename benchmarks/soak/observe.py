@@ -12,6 +12,7 @@ import json
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field, replace
@@ -114,6 +115,18 @@ def get_json(url: str) -> Any:
         return json.loads(reply.read())
 
 
+def explain_status(url: str, pod: str) -> int | None:
+    """The HTTP status of /explain?pod= (200: the replica keeps a decision for the pod; 404:
+    none), None when the replica does not answer."""
+    try:
+        with urllib.request.urlopen(f"{url}/explain?{urllib.parse.urlencode({'pod': pod})}", timeout=5) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
+
+
 def resident_mb(pid: int) -> float | None:
     """VmRSS of a live process, in MB (`env` execs loadext: the spawned pid is loadext's)."""
     try:
@@ -199,7 +212,8 @@ class Observer:
             threading.Thread(target=self._loop, args=(self.replicas_and_alerts, 2.0), daemon=True),
             threading.Thread(target=self._watch, daemon=True),
         ]
-        self._last_rss = 0.0
+        self._last_rss = self._last_log_look = 0.0
+        self._newest_placed = ""  # namespace/name of the pod last seen bound by loadext's profile
 
     def start(self) -> Observer:
         for thread in self._threads:
@@ -261,6 +275,8 @@ class Observer:
             if meta["uid"] in seen.pending:
                 self.seen.pending_names.setdefault(meta["uid"], f"{meta['namespace']}/{meta['name']}")
             elif spec.get("nodeName") and spec.get("schedulerName") == SCHEDULER:
+                if meta["uid"] not in self.seen.placed:
+                    self._newest_placed = f"{meta['namespace']}/{meta['name']}"
                 self.seen.placed.add(meta["uid"])
         pdbs = client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces(_request_timeout=5)
         health = {p.metadata.name: (p.status.current_healthy, p.status.desired_healthy) for p in pdbs.items if p.status}
@@ -271,8 +287,29 @@ class Observer:
             if involved.kind == "Pod" and involved.uid:
                 self.seen.evicted_by.setdefault(involved.uid, event.reporting_instance or "")
 
+    def decision_logs(self, now: float) -> None:
+        """When each incarnation's decision log (the last 256 pods it decided, for /explain)
+        is full, seen from outside: a pod it explains (its witness, the newest placed when it
+        answered) stops being explained once 256 newer pods are decided. The log's memory grows
+        until then (~10 KB a pod at 30 candidates: each pod keeps the rows of the refresh it
+        met), so RSS is judged from there, not from a fixed warm-up."""
+        if now - self._last_log_look < 30:
+            return
+        self._last_log_look = now
+        for life in self.replicas.currents():
+            pod = life.witness or self._newest_placed
+            if life.log_full is not None or not pod:
+                continue
+            status = explain_status(self.replicas.url(life.replica), pod)
+            if not life.witness and status == 200:
+                life.witness = pod
+            elif life.witness and status == 404:
+                life.log_full = now
+                print(f"{life.process.name}: decision log full after {(now - life.started) / 60:.1f} min", flush=True)
+
     def replicas_and_alerts(self) -> None:
         now = time.time()
+        self.decision_logs(now)
         for life in self.replicas.currents():
             url = self.replicas.url(life.replica)
             self.seen.readyz.append((now, life.replica, ready(url)))
