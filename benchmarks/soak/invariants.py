@@ -17,6 +17,8 @@ FAILING_FOR = 5.0  # seconds since a query last answered that /explain shows as 
 PENDING_TOO_LONG = 60.0
 AFTER_API_DOWN = 60.0  # the scheduler and the controllers catch up after an API server outage
 SETTLE = 300.0
+READY_WITHIN = 30.0  # /readyz back within this of a fault's end
+NEAR = 3.0  # seconds from an eviction within which a sample (one a second) tells its node's state
 # RSS is judged from the later of WARM_UP after a start and the incarnation's decision log full
 # (observe.Observer.decision_logs), over RSS_OVER seconds at least
 WARM_UP, RSS_OVER = 300.0, 600.0
@@ -67,6 +69,11 @@ SHOWN: dict[str, tuple[str | None, Callable[[Digest, Fault], bool] | None]] = {
     "restart_both": (None, None),
 }
 CLEARS = {"node_deleted_hot": False}  # a deleted node does not come back
+# What shows only once kwok, playing the kubelets, has seen the change: a deleted node leaves
+# /explain when its series end (loadext reports every node a series names), and kwok, like a
+# kubelet, serves them until it sees the deletion: after an API server outage, its watch's
+# backoff later (up to the minute it takes the cluster to catch up).
+AFTER_KWOK = {"node_deleted_hot"}
 # Alerts a fault sets besides its own: Prometheus down or slow fails every query too. A later
 # fault that sets a fault's alert again before that one could clear masks its clearing.
 ALSO_SETS = {"prometheus_down": {"LoadextPrometheusQueryErrors"}, "prometheus_slow": {"LoadextPrometheusQueryErrors"}}
@@ -98,8 +105,8 @@ def check(
         )
     for fault in faults:  # readiness comes back
         for replica in REPLICAS:
-            back = [t for t, r, ok in seen.readyz if r == replica and ok and t >= fault.end]
-            if not back or back[0] - fault.end > 30:
+            back = next((t for t, r, ok in seen.readyz if r == replica and ok and t >= fault.end), None)
+            if back is None or back > deadline(fault.end, READY_WITHIN, seen.api_down):
                 violation(
                     "/readyz back within 30 s of a fault's end", f"{replica} after {fault.kind} at {fault.end:.0f}"
                 )
@@ -152,6 +159,16 @@ def check(
     }
 
 
+def deadline(start: float, seconds: float, outages: list[tuple[float, float]]) -> float:
+    """`seconds` after `start` on a clock stopped while the API server is down: a replica just
+    started reads its ConfigMap and lists pods and nodes before it is ready or explains anything,
+    and a deleted node leaves loadext's view through the API server's watch."""
+    end = start + seconds
+    while (later := start + seconds + sum(max(0.0, min(end, b) - max(start, a)) for a, b in outages)) > end:
+        end = later
+    return end
+
+
 def settled_after(samples: list[Sample], after: float, threshold: float) -> float | None:
     """When every node was first within `threshold` after `after`, if within SETTLE."""
     for sample in samples:
@@ -196,8 +213,9 @@ def _evictions(seen: Observed, faults: list[Fault], lives: list[Any], limits: Li
             violation("no replacement evicted within the herd window", f"{e.pod} {e.time - e.created:.0f}s old")
         if e.namespace != limits.namespace or not e.workload:
             violation("no eviction of a pod loadext must leave", f"{e.namespace}/{e.pod}")
-        before = [s for s in seen.samples if s.time <= e.time]
-        if before and e.node in before[-1].not_ready:
+        # the node as the API server had it nearest the eviction (no sample while it was down)
+        near = [s for s in seen.samples if abs(s.time - e.time) <= NEAR]
+        if near and e.node in min(near, key=lambda s: abs(s.time - e.time)).not_ready:
             violation("no eviction from a node not Ready", f"{e.pod} on {e.node} at {e.time:.0f}")
 
 
@@ -222,8 +240,10 @@ def _pending(seen: Observed, limits: Limits, violation: Any) -> None:
 
 
 def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, violation: Any) -> list[str]:
-    """Returns the faults whose clearing cannot be judged, each with why: the run ended first, or
-    a later fault set the same alert again before it could clear."""
+    """Returns the faults whose clearing cannot be judged, each with why. A clearing seen passes
+    however soon the run ends; one not seen is a violation only once its whole window was
+    watched (not if the run ended first) and no later fault set the same alert again in it.
+    Each window's clock stops while the API server is down, but for that outage's own fault."""
     shown, cleared = (
         "a fault shows in /explain and its alert within 30 s",
         "a fault clears from /explain and its alert within 60 s of its end",
@@ -232,32 +252,37 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
     for fault in faults:
         alert, says = SHOWN[fault.kind]
         label = f"{fault.kind} at {fault.start:.0f}"
-        clear_by = fault.end + CLEARED_WITHIN_BY_KIND.get(fault.kind, CLEARED_WITHIN)
-        judge_clearing = CLEARS.get(fault.kind, True)
-        if judge_clearing and run_end < clear_by:
-            unjudged.append(f"{fault.kind} (the run ended first)")
-            judge_clearing = False
-        masked = [g for g in faults if g is not fault and fault.end < g.start <= clear_by and alert in sets(g.kind)]
-        if judge_clearing and masked:
-            unjudged.append(f"{fault.kind} (its alert set again by {masked[0].kind} before it could clear)")
-            judge_clearing = False
+        outages = [] if fault.kind == "apiserver_down" else seen.api_down  # its own outage is what shows
+        if fault.kind in AFTER_KWOK:
+            outages = [(start, stop + AFTER_API_DOWN) for start, stop in outages]
+        shown_by = deadline(fault.start, SHOWN_WITHIN, outages)
+        clear_by = deadline(fault.end, CLEARED_WITHIN_BY_KIND.get(fault.kind, CLEARED_WITHIN), outages)
+        explain_clear_by = deadline(fault.end, CLEARED_WITHIN, outages)
+        still: list[tuple[str, float, bool]] = []  # never seen to clear: what, by when, whether the alert
         if alert is not None:
-            during = [v[alert] for t, v in seen.alerts if fault.start <= t <= fault.start + SHOWN_WITHIN]
-            if not any(during):
+            if not any(v[alert] for t, v in seen.alerts if fault.start <= t <= shown_by):
                 violation(shown, f"{label}: {alert} never true")
-            after = [v[alert] for t, v in seen.alerts if fault.end <= t <= clear_by]
-            if judge_clearing and all(after):  # never false since it ended (the next fault may set it again)
-                violation(cleared, f"{label}: {alert} still true")
-        if says is None:
-            continue
-        # its window lies within the alert's, so a run that cuts it short is already in `unjudged`
-        explain_clears = CLEARS.get(fault.kind, True) and run_end >= fault.end + CLEARED_WITHIN
-        for replica in REPLICAS:
-            digests = [(t, d) for t, r, d in seen.explained if r == replica]
-            during = [says(d, fault) for t, d in digests if fault.start <= t <= fault.start + SHOWN_WITHIN]
-            if not any(during):
+            if all(v[alert] for t, v in seen.alerts if fault.end <= t <= clear_by):
+                still.append((f"{alert} still true", clear_by, True))
+        said_by = (
+            {} if says is None else {r: [(t, says(d, fault)) for t, x, d in seen.explained if x == r] for r in REPLICAS}
+        )
+        for replica, said in said_by.items():
+            if not any(yes for t, yes in said if fault.start <= t <= shown_by):
                 violation(shown, f"{label}: {replica}'s /explain never said so")
-            after = [says(d, fault) for t, d in digests if fault.end <= t <= fault.end + CLEARED_WITHIN]
-            if explain_clears and all(after):
-                violation(cleared, f"{label}: {replica}'s /explain still says so")
+            if all(yes for t, yes in said if fault.end <= t <= explain_clear_by):
+                still.append((f"{replica}'s /explain still says so", explain_clear_by, False))
+        if not CLEARS.get(fault.kind, True):
+            continue
+        masked = [g for g in faults if g is not fault and fault.end < g.start <= clear_by and alert in sets(g.kind)]
+        why = ""
+        for what, by, is_alert in still:
+            if run_end < by:
+                why = why or "the run ended first"
+            elif masked and is_alert:
+                why = why or f"its alert set again by {masked[0].kind} before it could clear"
+            else:
+                violation(cleared, f"{label}: {what}")
+        if why:
+            unjudged.append(f"{fault.kind} ({why})")
     return unjudged
