@@ -28,6 +28,7 @@ writes results.json and timeline.png into `--out`, and exits 1 on any violation.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -468,8 +469,15 @@ def run(seed: int, minutes: float, profile: Profile, workdir: Path, faults: bool
                 time.sleep(0.2)
             seen.life[event.kind] = seen.life.get(event.kind, 0) + 1
             if event.kind in FAULTS:
+                # One fault at a time, each on replicas ready again: a fault that runs late (the
+                # kill waiting for an eviction, an API server slow to come back) shifts the rest
+                # of the schedule, life too, instead of firing what is overdue back to back.
+                begun = time.time()
                 if faulting is not None:
                     faulting.join()
+                with contextlib.suppress(TimeoutError):
+                    wait_until(lambda: all(ready(replicas.url(r)) for r in REPLICAS), "replicas ready", timeout=60)
+                start += time.time() - begun
                 faulting = threading.Thread(target=fault, args=(event, world), name=event.kind)
                 faulting.start()
                 continue

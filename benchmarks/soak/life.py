@@ -4,19 +4,19 @@ makes (Deployments with their budgets, Jobs, Nodes). benchmarks/soak/cluster.py 
 Two profiles share every rule. `long` (the benchmark): 30 nodes, life every 4-12 s, a fault
 every 45-120 s (each kind once, in a seeded order, then drawn at random), the last fault ending
 6 minutes before the end, the settling window. Its replica faults (the kills, the restart of
-both) come first and only once: the replicas then live the rest of the run, for RSS is judged
-over 10 minutes past a replica's warm-up, which lasts until its decision log holds its 256 pods
-(about 25 minutes of this life), and the kills drawn at random ended every incarnation sooner.
-`short` (tests/e2e/test_cluster_soak.py): 12
-nodes and smaller Deployments (the same load per node), each fault kind exactly once with
-shorter outages, 3-4 s apart, and a minute after the last.
+both) come first and only once: the replicas then live the rest of the run. RSS is judged over
+10 minutes past a replica's warm-up, which lasts until its decision log holds its 256 pods
+(about 25 minutes of this life); kills drawn at random ended every incarnation sooner.
+`short` (tests/e2e/test_cluster_soak.py): 12 nodes and smaller Deployments (the same load per
+node), each fault kind exactly once with shorter outages, 1-2 s apart, and 35 s after the last:
+time for readiness to be back (30 s); a clearing not seen by then is reported as not judged.
 
 In both, a workload drifts hot shortly before each Prometheus fault; and 40 s before the node
 signal starts failing (25 s) and before the kill that waits for an eviction (40 s), the
 workload pods of the node they would make hottest drift hot (`node_heat`: a node hot as its data
 goes stale, and that one eviction does not cool; in the short profile these two faults come
-first, while the rest of the cluster has room). The rebalancer has work to do exactly when it must not (or must
-stop mid-way): a fault that meets no hot node proves nothing.
+first, while the rest of the cluster has room). The rebalancer has work to do exactly when it
+must not (or must stop mid-way): a fault that meets no hot node proves nothing.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ SHORT = Profile(
     {"kill_holder": (6, 8), "kill_mid_eviction": (6, 8), "prometheus_down": (25, 27), "prometheus_slow": (20, 22),
      "node_signal_failing": (40, 42), "apiserver_down": (20, 22), "node_not_ready": (15, 18),
      "config_valid": (10, 12), "dry_run": (10, 12), "config_invalid": (5, 5)},
-    (3, 6), (3, 4), 55, 60, False, 3, (2, 4),
+    (3, 6), (1, 2), 55, 35, False, 3, (2, 4),
 )  # fmt: skip
 PROFILES = {p.name: p for p in (LONG, SHORT)}
 
