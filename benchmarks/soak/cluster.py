@@ -99,7 +99,7 @@ REFUSED = (client.ApiException, urllib3.exceptions.HTTPError)  # what a call to 
 INTERRUPT_WITHIN = 120.0  # seconds kill_mid_eviction waits for an eviction to interrupt
 CRASH_BACKOFF = (10.0, 300.0)  # the kubelet's restart delay for a container that exited: first, most
 LIMITS = Limits(CYCLE, MAX_PER_CYCLE, MAX_PER_NODE, MAX_DATA_AGE, HOT_FOR * REFRESH, WINDOW, THRESHOLD, NAMESPACE,
-                RELOADED)  # fmt: skip
+                RELOADED, RATE_WINDOW)  # fmt: skip
 
 
 NODE_SIGNAL = "node_cpu_usage_seconds_total"  # the node CPU signal's metric: node_signal_failing fails its queries
@@ -461,7 +461,8 @@ def run(seed: int, minutes: float, profile: Profile, workdir: Path, faults: bool
             client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(NAMESPACE, budget(workload))
             apps.create_namespaced_deployment(NAMESPACE, deployment(workload, profile.replicas, rng.uniform(*COOL)))
         apps.create_namespaced_deployment(EXCLUDED, deployment("guarded", 3, 3.0, EXCLUDED))
-        observer = Observer(api, replicas, seen, monitoring.url, lambda: world.threshold).start()
+        observer = Observer(api, replicas, seen, monitoring.url, lambda: world.threshold, lambda: prom.server.url)
+        observer.start()
         wait_until(lambda: bool(seen.samples), "the observer's first sample")
         start, jobs, faulting = time.time(), [0], None
         for event in events:

@@ -35,6 +35,7 @@ class Limits:
     threshold: float
     namespace: str  # the only namespace whose pods may move
     reloaded: float  # seconds within which both replicas apply a ConfigMap edit
+    rate_window: float  # seconds the node CPU signal's rate() looks back: a node's series outlive its scrapes so long
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,6 @@ SHOWN: dict[str, tuple[str | None, Callable[[Digest, Fault], bool] | None]] = {
     "restart_both": (None, None),
 }
 CLEARS = {"node_deleted_hot": False}  # a deleted node does not come back
-# What shows only once kwok, playing the kubelets, has seen the change: a deleted node leaves
-# /explain when its series end (loadext reports every node a series names), and kwok, like a
-# kubelet, serves them until it sees the deletion: after an API server outage, its watch's
-# backoff later (up to the minute it takes the cluster to catch up).
-AFTER_KWOK = {"node_deleted_hot"}
 # Alerts a fault sets besides its own: Prometheus down or slow fails every query too. A later
 # fault that sets a fault's alert again before that one could clear masks its clearing.
 ALSO_SETS = {"prometheus_down": {"LoadextPrometheusQueryErrors"}, "prometheus_slow": {"LoadextPrometheusQueryErrors"}}
@@ -157,6 +153,16 @@ def check(
         }
         for name in names
     }
+
+
+def shows_from(fault: Fault, seen: Observed, limits: Limits) -> float:
+    """When loadext can first show the fault. A deleted node leaves /explain once its series
+    have ended too (loadext reports every node a series names): kwok, like a kubelet, serves
+    its metrics until it sees the deletion (after an API server outage, its watch's backoff
+    later: two minutes, seen), and the CPU signal's rate() still finds samples a window on."""
+    if fault.kind == "node_deleted_hot":
+        return max(fault.start, seen.scraped.get(fault.what, 0.0) + limits.rate_window)
+    return fault.start
 
 
 def deadline(start: float, seconds: float, outages: list[tuple[float, float]]) -> float:
@@ -253,9 +259,7 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
         alert, says = SHOWN[fault.kind]
         label = f"{fault.kind} at {fault.start:.0f}"
         outages = [] if fault.kind == "apiserver_down" else seen.api_down  # its own outage is what shows
-        if fault.kind in AFTER_KWOK:
-            outages = [(start, stop + AFTER_API_DOWN) for start, stop in outages]
-        shown_by = deadline(fault.start, SHOWN_WITHIN, outages)
+        shown_by = deadline(shows_from(fault, seen, limits), SHOWN_WITHIN, outages)
         clear_by = deadline(fault.end, CLEARED_WITHIN_BY_KIND.get(fault.kind, CLEARED_WITHIN), outages)
         explain_clear_by = deadline(fault.end, CLEARED_WITHIN, outages)
         still: list[tuple[str, float, bool]] = []  # never seen to clear: what, by when, whether the alert

@@ -93,6 +93,7 @@ class Observed:
     pending_names: dict[str, str] = field(default_factory=dict)  # uid -> namespace/name
     placed: set[str] = field(default_factory=set)  # uids of pods loadext's scheduler profile bound
     life: dict[str, int] = field(default_factory=dict)  # what the schedule did, by kind
+    scraped: dict[str, float] = field(default_factory=dict)  # node -> when its kubelet was last scraped up
     life_refused: dict[str, int] = field(default_factory=dict)  # life the API server did not take (down)
 
 
@@ -202,9 +203,12 @@ class Observer:
     watches pods for evictions, in threads of its own. Errors while the API server is down are
     expected: the sample is skipped and the next one tries again."""
 
-    def __init__(self, api: Any, replicas: Any, seen: Observed, monitoring_url: str, threshold: Any) -> None:
+    def __init__(
+        self, api: Any, replicas: Any, seen: Observed, monitoring_url: str, threshold: Any, data_url: Any
+    ) -> None:
         self.api, self.replicas, self.seen, self.monitoring_url = api, replicas, seen, monitoring_url
         self.threshold = threshold  # () -> the cpu threshold in force
+        self.data_url = data_url  # () -> the URL of the Prometheus loadext reads (a restart moves it)
         self.expressions = alert_expressions()
         self._stop = threading.Event()
         self._threads = [
@@ -265,6 +269,10 @@ class Observer:
                 rss = resident_mb(life.process.proc.pid)
                 if rss is not None:
                     life.rss.append((now, rss))
+        with contextlib.suppress(OSError):  # Prometheus down: the last times stand
+            scraped = get_json(f"{self.data_url()}/api/v1/query?{urllib.parse.urlencode({'query': 'up == 1'})}")
+            for row in scraped["data"]["result"]:
+                self.seen.scraped[row["metric"].get("node", "")] = now
         core = client.CoreV1Api(self.api)
         pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=5).data)["items"]
         nodes = json.loads(core.list_node(_preload_content=False, _request_timeout=5).data)["items"]

@@ -18,7 +18,7 @@ from observe import REPLICAS, Eviction, Observed, Sample  # noqa: E402
 
 LIMITS = Limits(
     cycle=5.0, max_per_cycle=3, max_per_node=1, max_data_age=15.0, hot_for_seconds=8.0, herd_window=20.0,
-    threshold=0.8, namespace="soak", reloaded=5.0,
+    threshold=0.8, namespace="soak", reloaded=5.0, rate_window=20.0,
 )  # fmt: skip
 CLEARS = "a fault clears from /explain and its alert within 60 s of its end"
 RSS = "RSS flat after warm-up"
@@ -139,10 +139,12 @@ def test_a_deleted_node_must_leave_explain_within_30_s_of_api_server_time() -> N
     assert judged(seen, [deleted], 300)[SHOWS]["examples"] == [
         f"node_deleted_hot at 100: {REPLICAS[0]}'s /explain never said so"
     ]
-    seen.api_down.append((60.0, 99.0))  # kwok still catching up: it serves the node's series
+    seen.api_down.append((102.0, 140.0))
     assert judged(seen, [deleted], 300)[SHOWS]["violations"] == 0
-    seen.api_down = [(102.0, 140.0)]
-    assert judged(seen, [deleted], 300)[SHOWS]["violations"] == 0
+    seen.api_down, seen.scraped["soak-01"] = [], 110.0  # kwok served its metrics 10 s past the deletion
+    assert judged(seen, [deleted], 300)[SHOWS]["violations"] == 0  # 20 s rate window + 30 s from 110
+    seen.scraped["soak-01"] = 90.0  # its series had ended before
+    assert judged(seen, [deleted], 300)[SHOWS]["violations"] == 1
 
 
 NOT_READY = "no eviction from a node not Ready"
