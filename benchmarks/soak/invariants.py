@@ -94,11 +94,8 @@ def check(
 
     _evictions(seen, faults, lives, limits, violation)
     _pending(seen, limits, violation)
-    unjudged = _shown(seen, faults, limits, run_end, violation)
-    if unjudged:
-        not_judged["a fault clears from /explain and its alert within 60 s of its end"] = (
-            f"{', '.join(unjudged)}; the others were judged"
-        )
+    for name, unjudged in _shown(seen, faults, limits, run_end, violation).items():
+        not_judged[name] = f"{', '.join(unjudged)}; the others were judged"
     for fault in faults:  # readiness comes back
         for replica in REPLICAS:
             back = next((t for t, r, ok in seen.readyz if r == replica and ok and t >= fault.end), None)
@@ -156,12 +153,13 @@ def check(
 
 
 def shows_from(fault: Fault, seen: Observed, limits: Limits) -> float:
-    """When loadext can first show the fault. A deleted node leaves /explain once its series
-    have ended too (loadext reports every node a series names): kwok, like a kubelet, serves
-    its metrics until it sees the deletion (after an API server outage, its watch's backoff
-    later: two minutes, seen), and the CPU signal's rate() still finds samples a window on."""
+    """When loadext can first show the fault. A deleted node leaves /explain once the signals'
+    series name it no more (loadext reports every node a series names): kwok, like a kubelet,
+    serves its metrics until it sees the deletion (after an API server outage, its watch's
+    backoff later: up to three minutes, seen), and the CPU signal's rate() still finds samples
+    a window on."""
     if fault.kind == "node_deleted_hot":
-        return max(fault.start, seen.scraped.get(fault.what, 0.0) + limits.rate_window)
+        return max(fault.start, seen.named.get(fault.what, 0.0) + limits.rate_window)
     return fault.start
 
 
@@ -245,8 +243,9 @@ def _pending(seen: Observed, limits: Limits, violation: Any) -> None:
                 violation("no pod Pending over 60 s while a node has room", f"{name} from {first:.0f}")
 
 
-def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, violation: Any) -> list[str]:
-    """Returns the faults whose clearing cannot be judged, each with why. A clearing seen passes
+def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, violation: Any) -> dict[str, list[str]]:
+    """Returns, per invariant, the faults it cannot judge, each with why. A fault whose window to
+    show in runs past the run's end, unseen, is not judged. A clearing seen passes
     however soon the run ends; one not seen is a violation only once its whole window was
     watched (not if the run ended first) and no later fault set the same alert again in it.
     Each window's clock stops while the API server is down, but for that outage's own fault."""
@@ -254,7 +253,7 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
         "a fault shows in /explain and its alert within 30 s",
         "a fault clears from /explain and its alert within 60 s of its end",
     )
-    unjudged = []
+    unjudged: dict[str, list[str]] = {}
     for fault in faults:
         alert, says = SHOWN[fault.kind]
         label = f"{fault.kind} at {fault.start:.0f}"
@@ -263,9 +262,10 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
         clear_by = deadline(fault.end, CLEARED_WITHIN_BY_KIND.get(fault.kind, CLEARED_WITHIN), outages)
         explain_clear_by = deadline(fault.end, CLEARED_WITHIN, outages)
         still: list[tuple[str, float, bool]] = []  # never seen to clear: what, by when, whether the alert
+        unseen = []  # what never showed within its window
         if alert is not None:
             if not any(v[alert] for t, v in seen.alerts if fault.start <= t <= shown_by):
-                violation(shown, f"{label}: {alert} never true")
+                unseen.append(f"{label}: {alert} never true")
             if all(v[alert] for t, v in seen.alerts if fault.end <= t <= clear_by):
                 still.append((f"{alert} still true", clear_by, True))
         said_by = (
@@ -273,9 +273,13 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
         )
         for replica, said in said_by.items():
             if not any(yes for t, yes in said if fault.start <= t <= shown_by):
-                violation(shown, f"{label}: {replica}'s /explain never said so")
+                unseen.append(f"{label}: {replica}'s /explain never said so")
             if all(yes for t, yes in said if fault.end <= t <= explain_clear_by):
                 still.append((f"{replica}'s /explain still says so", explain_clear_by, False))
+        if unseen and run_end < shown_by:
+            unjudged.setdefault(shown, []).append(f"{fault.kind} (the run ended first)")
+        for what in unseen if run_end >= shown_by else ():
+            violation(shown, what)
         if not CLEARS.get(fault.kind, True):
             continue
         masked = [g for g in faults if g is not fault and fault.end < g.start <= clear_by and alert in sets(g.kind)]
@@ -288,5 +292,5 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
             else:
                 violation(cleared, f"{label}: {what}")
         if why:
-            unjudged.append(f"{fault.kind} ({why})")
+            unjudged.setdefault(cleared, []).append(f"{fault.kind} ({why})")
     return unjudged

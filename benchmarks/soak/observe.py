@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LOADEXT_NAMESPACE = "loadext"
 REPLICAS = ("replica-a", "replica-b")
 BYTES = {"Mi": 2**20, "Gi": 2**30}
+# the nodes the series of loadext's signals name (cluster.py's config: the CPU counter and memory)
+NAMED = "group by (node) (node_cpu_usage_seconds_total or node_memory_working_set_bytes)"
 ALERTS = ("LoadextDown", "LoadextDegraded", "LoadextPrometheusQueryErrors", "LoadextConfigReloadFailing",
           "LoadextKubeWatchFailing")  # fmt: skip
 
@@ -93,7 +95,7 @@ class Observed:
     pending_names: dict[str, str] = field(default_factory=dict)  # uid -> namespace/name
     placed: set[str] = field(default_factory=set)  # uids of pods loadext's scheduler profile bound
     life: dict[str, int] = field(default_factory=dict)  # what the schedule did, by kind
-    scraped: dict[str, float] = field(default_factory=dict)  # node -> when its kubelet was last scraped up
+    named: dict[str, float] = field(default_factory=dict)  # node -> when loadext's signals' series last named it
     life_refused: dict[str, int] = field(default_factory=dict)  # life the API server did not take (down)
 
 
@@ -270,9 +272,9 @@ class Observer:
                 if rss is not None:
                     life.rss.append((now, rss))
         with contextlib.suppress(OSError):  # Prometheus down: the last times stand
-            scraped = get_json(f"{self.data_url()}/api/v1/query?{urllib.parse.urlencode({'query': 'up == 1'})}")
-            for row in scraped["data"]["result"]:
-                self.seen.scraped[row["metric"].get("node", "")] = now
+            named = get_json(f"{self.data_url()}/api/v1/query?{urllib.parse.urlencode({'query': NAMED})}")
+            for row in named["data"]["result"]:
+                self.seen.named[row["metric"].get("node", "")] = now
         core = client.CoreV1Api(self.api)
         pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=5).data)["items"]
         nodes = json.loads(core.list_node(_preload_content=False, _request_timeout=5).data)["items"]
