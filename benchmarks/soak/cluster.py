@@ -611,7 +611,7 @@ def table(results: dict[str, Any]) -> str:
             count = (
                 f"not judged: {found['not judged']}" if not found["violations"] else f"{count} ({found['not judged']})"
             )
-        lines.append(f"| {name} | {count} | {'; '.join(found['examples'])} |")
+        lines.append(f"| {name} | {count} | {'; '.join(found['examples'] or found.get('measured', []))} |")
     lines += ["", "| figure | value |", "|---|---|"]
     lines += [f"| {name} | {value} |" for name, value in results["figures"].items()]
     return "\n".join(lines)

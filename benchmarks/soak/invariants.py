@@ -106,18 +106,19 @@ def check(
     for name, text in logs.items():
         if "Traceback" in text:
             violation("no traceback in a replica's log", name)
-    judged = 0
+    slopes = []  # each judged incarnation's, as measured
     for life in lives:  # RSS after warm-up: under 1 MB per 10 minutes
         if life.witness and life.log_full is None:
             continue  # its decision log still filling: growth there is the log's, bounded
         warm = max(life.started + WARM_UP, life.log_full or 0.0)
         points = [(t, mb) for t, mb in life.rss if t >= warm]
         if len(points) >= 10 and points[-1][0] - points[0][0] >= RSS_OVER:
-            judged += 1
             slope = statistics.linear_regression([t for t, _ in points], [mb for _, mb in points]).slope * 600
+            minutes = f"minutes {(points[0][0] - life.started) / 60:.0f}-{(points[-1][0] - life.started) / 60:.0f}"
+            slopes.append(f"{life.process.name}: {slope:+.2f} MB per 10 min over its {minutes}")
             if slope >= 1.0:
-                violation("RSS flat after warm-up", f"{life.process.name}: {slope:+.2f} MB per 10 min")
-    if not judged:
+                violation("RSS flat after warm-up", slopes[-1])
+    if not slopes:
         not_judged["RSS flat after warm-up"] = (
             f"no incarnation lived {RSS_OVER / 60:.0f} minutes past its warm-up "
             f"({WARM_UP / 60:.0f} minutes, and its decision log full)"
@@ -147,6 +148,7 @@ def check(
             "violations": len(out.get(name, [])),
             "examples": out.get(name, [])[:5],
             "not judged": not_judged.get(name),
+            **({"measured": slopes} if name == "RSS flat after warm-up" else {}),
         }
         for name in names
     }

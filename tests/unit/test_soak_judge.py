@@ -95,7 +95,10 @@ def rss_growing_until(full_at: float, until: float, then: float = 0.0) -> list[t
 def test_rss_is_judged_from_the_decision_log_full_not_during_its_warm_up() -> None:
     seen = alert_seen("LoadextDown", -1, -1, until=2400)
     flat_after = incarnation(rss_growing_until(1500, 2400), witness="soak/web-1", log_full=1500)
-    assert judged(seen, [], 2400, [flat_after])[RSS] == {"violations": 0, "examples": [], "not judged": None}
+    assert judged(seen, [], 2400, [flat_after])[RSS] == {
+        "violations": 0, "examples": [], "not judged": None,
+        "measured": [f"{REPLICAS[0]}-1: +0.00 MB per 10 min over its minutes 25-40"],
+    }  # fmt: skip
     growing_after = incarnation(rss_growing_until(1500, 2400, then=1.5), witness="soak/web-1", log_full=1500)
     result = judged(seen, [], 2400, [growing_after])[RSS]
     assert result["violations"] == 1 and "+1.50 MB per 10 min" in result["examples"][0]
