@@ -260,6 +260,9 @@ class World:
     nodes: list[str]  # the nodes that exist (life adds and removes some)
     threshold: float = THRESHOLD  # the cpu threshold in force
     struck: str = ""  # the node a fault holds NotReady now: life leaves it be
+    # fault kind -> the node heated for it, held hot until that fault ends: life's usage phases
+    # leave its pods be (on a slow machine a cool phase could land before the rebalancer acts)
+    held_hot: dict[str, str] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
 
     def write_config(self, document: dict[str, Any] | str) -> None:
@@ -351,6 +354,7 @@ def fault(event: Event, world: World) -> None:
         time.sleep(event.length)
         world.write_config(world.config)
     world.faults.append(Fault(start, time.time(), event.kind, what))
+    world.held_hot.pop(event.kind, None)
 
 
 def live(event: Event, world: World, jobs: list[int]) -> None:
@@ -360,7 +364,8 @@ def live(event: Event, world: World, jobs: list[int]) -> None:
     if event.kind == "phase":  # the workload's running pods drift (their replacements start anew)
         usage = {"metadata": {"annotations": {USAGE_CPU: millicores(event.value)}}}
         for pod in list_pods(api):
-            if pod["metadata"].get("labels", {}).get("app") == event.target:
+            held = pod["spec"].get("nodeName") in world.held_hot.values()
+            if pod["metadata"].get("labels", {}).get("app") == event.target and not held:
                 gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
     elif event.kind == "node_heat":  # the workload pods of the node they would make hottest drift hot
         pods, shares = list_pods(api), world.seen.samples[-1].shares
@@ -374,8 +379,10 @@ def live(event: Event, world: World, jobs: list[int]) -> None:
             return shares.get(node, 0.0) + sum(event.value - cores_of(p) for p in on[node]) / CORES
 
         usage = {"metadata": {"annotations": {USAGE_CPU: millicores(event.value)}}}
-        for pod in on[max(on, key=heated)] if on else ():
-            gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
+        if on:
+            world.held_hot[event.target] = hottest = max(on, key=heated)
+            for pod in on[hottest]:
+                gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
     elif event.kind == "rollout":
         restarted = {"spec": {"template": {"metadata": {"annotations": {"soak/rollout": str(time.time())}}}}}
         apps.patch_namespaced_deployment(event.target, NAMESPACE, restarted)
@@ -406,7 +413,7 @@ def gone_is_fine(call: Any, *args: Any) -> None:
 
 def run(seed: int, minutes: float, profile: Profile, workdir: Path, faults: bool = True) -> dict[str, Any]:
     events, seconds = schedule(seed, profile, None if profile.name == "short" else minutes * 60)
-    events = [event for event in events if faults or event.kind not in FAULTS]
+    events = [event for event in events if faults or (event.kind not in FAULTS and event.target not in FAULTS)]
     rng = random.Random(seed + 1)
     kwok, stages = build_kwok()
     plane = ControlPlane(workdir, build_components())

@@ -14,9 +14,10 @@ time for readiness to be back (30 s); a clearing not seen by then is reported as
 In both, a workload drifts hot shortly before each Prometheus fault; and 40 s before the node
 signal starts failing (25 s) and before the kill that waits for an eviction (40 s), the
 workload pods of the node they would make hottest drift hot (`node_heat`: a node hot as its data
-goes stale, and that one eviction does not cool; in the short profile these two faults come
-first, while the rest of the cluster has room). The rebalancer has work to do exactly when it
-must not (or must stop mid-way): a fault that meets no hot node proves nothing.
+goes stale, and that one eviction does not cool, held hot until its fault ends; in the short
+profile these two faults come first, while the rest of the cluster has room). The rebalancer
+has work to do exactly when it must not (or must stop mid-way): a fault that meets no hot node
+proves nothing.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def schedule(seed: int, profile: Profile, seconds: float | None) -> tuple[list[E
         t += rng.uniform(*profile.life_gap)
     for fault in faults:
         if fault.kind in HEATS_A_NODE:  # a node hot past one eviction
-            life.append(Event(max(fault.at - HEATS_A_NODE[fault.kind], 1.0), "node_heat", value=rng.uniform(*HOT)))
+            heat = Event(max(fault.at - HEATS_A_NODE[fault.kind], 1.0), "node_heat", fault.kind, rng.uniform(*HOT))
+            life.append(heat)
         elif fault.kind in HEATED:
             life.append(Event(max(fault.at - 25, 1.0), "phase", rng.choice(WORKLOADS), rng.uniform(*HOT)))
     return sorted(life + faults, key=lambda e: e.at), total
