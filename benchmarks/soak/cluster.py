@@ -260,9 +260,10 @@ class World:
     nodes: list[str]  # the nodes that exist (life adds and removes some)
     threshold: float = THRESHOLD  # the cpu threshold in force
     struck: str = ""  # the node a fault holds NotReady now: life leaves it be
-    # fault kind -> the node heated for it, held hot until that fault ends: life's usage phases
-    # leave its pods be (on a slow machine a cool phase could land before the rebalancer acts)
-    held_hot: dict[str, str] = field(default_factory=dict)
+    # fault kind -> the node heated for it and the cores its pods use, held hot until that fault
+    # ends: on a slow machine a cool phase, or a rollout bringing cool pods, could land before the
+    # rebalancer acts (life's phases leave its pods be; newcomers are heated after each step)
+    held_hot: dict[str, tuple[str, float]] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
 
     def write_config(self, document: dict[str, Any] | str) -> None:
@@ -357,6 +358,21 @@ def fault(event: Event, world: World) -> None:
     world.held_hot.pop(event.kind, None)
 
 
+def keep_hot(world: World) -> None:
+    """The workload pods on each node held hot use what its heat set (those started since too)."""
+    held = dict(world.held_hot.values())
+    if not held:
+        return
+    core = client.CoreV1Api(world.api)
+    for pod in list_pods(world.api):
+        meta, cores = pod["metadata"], held.get(pod["spec"].get("nodeName", ""))
+        if cores is None or not meta.get("labels", {}).get("app") or meta.get("deletionTimestamp"):
+            continue
+        if meta.get("annotations", {}).get(USAGE_CPU) != millicores(cores):
+            usage = {"metadata": {"annotations": {USAGE_CPU: millicores(cores)}}}
+            gone_is_fine(core.patch_namespaced_pod, meta["name"], NAMESPACE, usage)
+
+
 def live(event: Event, world: World, jobs: list[int]) -> None:
     """One step of life (while the API server is down it is refused, and counted)."""
     api = world.api
@@ -364,7 +380,7 @@ def live(event: Event, world: World, jobs: list[int]) -> None:
     if event.kind == "phase":  # the workload's running pods drift (their replacements start anew)
         usage = {"metadata": {"annotations": {USAGE_CPU: millicores(event.value)}}}
         for pod in list_pods(api):
-            held = pod["spec"].get("nodeName") in world.held_hot.values()
+            held = pod["spec"].get("nodeName") in {node for node, _ in world.held_hot.values()}
             if pod["metadata"].get("labels", {}).get("app") == event.target and not held:
                 gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
     elif event.kind == "node_heat":  # the workload pods of the node they would make hottest drift hot
@@ -378,11 +394,8 @@ def live(event: Event, world: World, jobs: list[int]) -> None:
         def heated(node: str) -> float:
             return shares.get(node, 0.0) + sum(event.value - cores_of(p) for p in on[node]) / CORES
 
-        usage = {"metadata": {"annotations": {USAGE_CPU: millicores(event.value)}}}
         if on:
-            world.held_hot[event.target] = hottest = max(on, key=heated)
-            for pod in on[hottest]:
-                gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
+            world.held_hot[event.target] = (max(on, key=heated), event.value)
     elif event.kind == "rollout":
         restarted = {"spec": {"template": {"metadata": {"annotations": {"soak/rollout": str(time.time())}}}}}
         apps.patch_namespaced_deployment(event.target, NAMESPACE, restarted)
@@ -491,6 +504,7 @@ def run(seed: int, minutes: float, profile: Profile, workdir: Path, faults: bool
                 continue
             try:
                 live(event, world, jobs)
+                keep_hot(world)
             except REFUSED:
                 seen.life_refused[event.kind] = seen.life_refused.get(event.kind, 0) + 1
         if faulting is not None:
