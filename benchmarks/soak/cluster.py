@@ -261,8 +261,9 @@ class World:
     threshold: float = THRESHOLD  # the cpu threshold in force
     struck: str = ""  # the node a fault holds NotReady now: life leaves it be
     # fault kind -> the node heated for it and the cores its pods use, held hot until that fault
-    # ends: on a slow machine a cool phase, or a rollout bringing cool pods, could land before the
-    # rebalancer acts (life's phases leave its pods be; newcomers are heated after each step)
+    # ends: on a slow machine a cool phase, or a rollout taking its pods elsewhere, could land
+    # before the rebalancer acts (life's phases leave its pods be, its workloads' rollouts and
+    # scalings wait, and pods that start on it are heated after each step)
     held_hot: dict[str, tuple[str, float]] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
 
@@ -358,6 +359,16 @@ def fault(event: Event, world: World) -> None:
     world.held_hot.pop(event.kind, None)
 
 
+def on_held_node(world: World, workload: str) -> bool:
+    """Whether the workload has pods on a node held hot: its rollouts and scalings wait, for
+    its pods would leave the node (loadext places their replacements elsewhere)."""
+    held = {node for node, _ in world.held_hot.values()}
+    return bool(held) and any(
+        pod["spec"].get("nodeName") in held and pod["metadata"].get("labels", {}).get("app") == workload
+        for pod in list_pods(world.api)
+    )
+
+
 def keep_hot(world: World) -> None:
     """The workload pods on each node held hot use what its heat set (those started since too)."""
     held = dict(world.held_hot.values())
@@ -396,6 +407,8 @@ def live(event: Event, world: World, jobs: list[int]) -> None:
 
         if on:
             world.held_hot[event.target] = (max(on, key=heated), event.value)
+    elif event.kind in ("rollout", "scale") and on_held_node(world, event.target):
+        world.seen.life_held[event.kind] = world.seen.life_held.get(event.kind, 0) + 1
     elif event.kind == "rollout":
         restarted = {"spec": {"template": {"metadata": {"annotations": {"soak/rollout": str(time.time())}}}}}
         apps.patch_namespaced_deployment(event.target, NAMESPACE, restarted)
@@ -551,6 +564,7 @@ def summary(seed: int, minutes: float, profile: Profile, world: World, invariant
             * sum(kinds.get(k, 0) for k in ("config_valid", "config_invalid", "dry_run")),
             "life": seen.life,
             "life the API server refused": seen.life_refused,
+            "life held back (its workload on a node held hot)": seen.life_held,
             "replica starts": len(world.replicas.lives),
             "replicas that exited on their own (restarted as a kubelet would)": [
                 name for _, name in world.replicas.crashes

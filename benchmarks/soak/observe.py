@@ -97,6 +97,7 @@ class Observed:
     life: dict[str, int] = field(default_factory=dict)  # what the schedule did, by kind
     named: dict[str, float] = field(default_factory=dict)  # node -> when loadext's signals' series last named it
     life_refused: dict[str, int] = field(default_factory=dict)  # life the API server did not take (down)
+    life_held: dict[str, int] = field(default_factory=dict)  # rollouts and scalings a node held hot held back
 
 
 def explain_digest(report: dict[str, Any]) -> dict[str, Any]:
