@@ -173,3 +173,20 @@ def test_an_eviction_is_judged_by_its_nodes_state_nearest_to_it() -> None:
     # the API server down from 160 until just before the eviction: the last sample before it is stale
     seen.samples = [sample(159.0, {"soak-11"}), sample(201.0, set())]
     assert judged(seen, [], 300)[NOT_READY]["violations"] == 0
+
+
+STALE = "no eviction on stale metrics"
+
+
+def test_an_eviction_in_a_stale_window_is_judged_by_the_evicting_replicas_own_sample() -> None:
+    seen = alert_seen("LoadextDown", -1, -1, until=300)
+    seen.stale.append((100.0, 142.0))  # the node signal failing 100-140, and two refreshes after
+    seen.evictions["u1"] = Eviction(141.0, "api-1", "soak", "soak-03", "api", 0.0, "u1")
+    seen.evicted_by["u1"] = REPLICAS[1]
+    assert judged(seen, [], 300)[STALE]["violations"] == 1  # no /explain near it: not shown fresh
+    # its /explain at 142 shows a sample taken at 140.5, after Prometheus answered again
+    seen.explained.append((142.0, REPLICAS[1], {"nodes": {"soak-03": 1.5}}))
+    assert judged(seen, [], 300)[STALE]["violations"] == 0
+    # the sample it held was taken before the failure: 41 s old
+    seen.explained[-1] = (142.0, REPLICAS[1], {"nodes": {"soak-03": 42.0}})
+    assert judged(seen, [], 300)[STALE]["examples"] == ["api-1 at 141 (stale 100-142)"]
