@@ -313,17 +313,17 @@ def fault(event: Event, world: World) -> None:
         world.prom.server.stop()
         time.sleep(event.length)
         world.prom.restart()
-        seen.stale.append((start, time.time() + REFRESH * 2))
+        seen.stale.append((start, time.time()))
     elif event.kind == "prometheus_slow":
         world.prom.proxy.set("delay", delay=QUERY_TIMEOUT + 1)
         time.sleep(event.length)
         world.prom.proxy.set("pass")
-        seen.stale.append((start, time.time() + REFRESH * 2))
+        seen.stale.append((start, time.time()))
     elif event.kind == "node_signal_failing":  # the node CPU query fails; pod usage and the rest answer
         world.prom.proxy.set("status", status=503, body=b'{"status":"error"}', matching=NODE_SIGNAL)
         time.sleep(event.length)
         world.prom.proxy.set("pass")
-        seen.stale.append((start, time.time() + REFRESH * 2))
+        seen.stale.append((start, time.time()))
     elif event.kind == "apiserver_down":
         world.plane.stop_apiserver()
         time.sleep(event.length)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from observe import REPLICAS, Eviction, Observed, Sample
+from observe import REPLICAS, Observed, Sample
 
 SHOWN_WITHIN, CLEARED_WITHIN = 30.0, 60.0
 # LoadextPrometheusQueryErrors is a rate over 5m: it clears 5 minutes after the last error
@@ -196,7 +196,7 @@ def _evictions(seen: Observed, faults: list[Fault], lives: list[Any], limits: Li
         if len(on_node) > limits.max_per_node:
             violation("evictions per node per cycle within the limit", f"{e.time:.0f} {e.node}: {len(on_node)}")
         for start, stop in seen.stale:
-            if start + limits.max_data_age <= e.time <= stop and not fresh_at(seen, e, limits.max_data_age):
+            if start + limits.max_data_age <= e.time <= stop:
                 violation("no eviction on stale metrics", f"{e.pod} at {e.time:.0f} (stale {start:.0f}-{stop:.0f})")
         for fault in faults:
             if fault.kind == "dry_run" and fault.start + limits.reloaded <= e.time <= fault.end:
@@ -223,22 +223,6 @@ def _evictions(seen: Observed, faults: list[Fault], lives: list[Any], limits: Li
         near = [s for s in seen.samples if abs(s.time - e.time) <= NEAR]
         if near and e.node in min(near, key=lambda s: abs(s.time - e.time)).not_ready:
             violation("no eviction from a node not Ready", f"{e.pod} on {e.node} at {e.time:.0f}")
-
-
-def fresh_at(seen: Observed, e: Eviction, max_age: float) -> bool:
-    """Whether the evicting replica had a CPU sample of the node younger than `max_age` when it
-    evicted, by its own /explain within NEAR of the eviction: the newest sample that existed by
-    then. A stale window lasts two refreshes past its fault's end (the data may still be old);
-    an eviction in that tail on a sample taken after Prometheus answered again is on fresh data.
-    No /explain near it: not shown fresh."""
-    maker = seen.evicted_by.get(e.uid)
-    taken = [
-        t - age
-        for t, replica, digest in seen.explained
-        if replica == maker and abs(t - e.time) <= NEAR and (age := digest["nodes"].get(e.node)) is not None
-    ]
-    existing = [when for when in taken if when <= e.time]
-    return bool(existing) and e.time - max(existing) < max_age
 
 
 def _pending(seen: Observed, limits: Limits, violation: Any) -> None:

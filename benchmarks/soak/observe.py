@@ -89,7 +89,9 @@ class Observed:
     alerts: list[tuple[float, dict[str, bool]]] = field(default_factory=list)  # (t, alert -> expression true)
     explained: list[tuple[float, str, dict[str, Any]]] = field(default_factory=list)  # (t, replica, digest)
     faults: list[tuple[float, float, str, str]] = field(default_factory=list)  # (start, end, kind, what)
-    stale: list[tuple[float, float]] = field(default_factory=list)  # windows where the metrics may be stale
+    # a data fault's start and end: maxDataAge into one loadext has no fresh sample of what it broke;
+    # from its end Prometheus answers again, and loadext's next refresh (a second) can be fresh
+    stale: list[tuple[float, float]] = field(default_factory=list)
     api_down: list[tuple[float, float]] = field(default_factory=list)
     thresholds: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, the cpu threshold)
     pending_names: dict[str, str] = field(default_factory=dict)  # uid -> namespace/name

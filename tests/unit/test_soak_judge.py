@@ -178,15 +178,10 @@ def test_an_eviction_is_judged_by_its_nodes_state_nearest_to_it() -> None:
 STALE = "no eviction on stale metrics"
 
 
-def test_an_eviction_in_a_stale_window_is_judged_by_the_evicting_replicas_own_sample() -> None:
+def test_an_eviction_past_max_data_age_into_a_data_fault_is_a_violation_and_one_after_it_is_not() -> None:
     seen = alert_seen("LoadextDown", -1, -1, until=300)
-    seen.stale.append((100.0, 142.0))  # the node signal failing 100-140, and two refreshes after
-    seen.evictions["u1"] = Eviction(141.0, "api-1", "soak", "soak-03", "api", 0.0, "u1")
-    seen.evicted_by["u1"] = REPLICAS[1]
-    assert judged(seen, [], 300)[STALE]["violations"] == 1  # no /explain near it: not shown fresh
-    # its /explain at 142 shows a sample taken at 140.5, after Prometheus answered again
-    seen.explained.append((142.0, REPLICAS[1], {"nodes": {"soak-03": 1.5}}))
-    assert judged(seen, [], 300)[STALE]["violations"] == 0
-    # the sample it held was taken before the failure: 41 s old
-    seen.explained[-1] = (142.0, REPLICAS[1], {"nodes": {"soak-03": 42.0}})
-    assert judged(seen, [], 300)[STALE]["examples"] == ["api-1 at 141 (stale 100-142)"]
+    seen.stale.append((100.0, 140.0))  # the node signal failing
+    seen.evictions["u1"] = Eviction(122.0, "api-1", "soak", "soak-03", "api", 0.0, "u1")
+    seen.evictions["u2"] = Eviction(141.0, "api-2", "soak", "soak-03", "api", 0.0, "u2")  # Prometheus answers again
+    seen.evictions["u3"] = Eviction(110.0, "api-3", "soak", "soak-04", "api", 0.0, "u3")  # its sample still young
+    assert judged(seen, [], 300)[STALE]["examples"] == ["api-1 at 122 (stale 100-140)"]
