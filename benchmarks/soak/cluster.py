@@ -141,7 +141,7 @@ class Incarnation:
     port: int
     process: Process
     rss: list[tuple[float, float]] = field(default_factory=list)  # (time, MB)
-    witness: str = ""  # a pod (namespace/name) this incarnation explained: its decision log's oldest then
+    witness: str = ""  # a pod (namespace/name) it explained: once it no longer does, 256 newer were decided
     log_full: float | None = None  # when it stopped explaining the witness: its decision log full
     killed: bool = False  # by a fault (which starts the next one itself), not exited on its own
 
@@ -267,6 +267,10 @@ class World:
     held_hot: dict[str, tuple[str, float]] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
 
+    def held_nodes(self) -> dict[str, float]:
+        """Each node held hot now, with the cores its workload pods use."""
+        return dict(self.held_hot.values())
+
     def write_config(self, document: dict[str, Any] | str) -> None:
         core = client.CoreV1Api(self.api)
         text = document if isinstance(document, str) else yaml.safe_dump(document)
@@ -362,7 +366,7 @@ def fault(event: Event, world: World) -> None:
 def on_held_node(world: World, workload: str) -> bool:
     """Whether the workload has pods on a node held hot: its rollouts and scalings wait, for
     its pods would leave the node (loadext places their replacements elsewhere)."""
-    held = {node for node, _ in world.held_hot.values()}
+    held = world.held_nodes()
     return bool(held) and any(
         pod["spec"].get("nodeName") in held and pod["metadata"].get("labels", {}).get("app") == workload
         for pod in list_pods(world.api)
@@ -371,7 +375,7 @@ def on_held_node(world: World, workload: str) -> bool:
 
 def keep_hot(world: World) -> None:
     """The workload pods on each node held hot use what its heat set (those started since too)."""
-    held = dict(world.held_hot.values())
+    held = world.held_nodes()
     if not held:
         return
     core = client.CoreV1Api(world.api)
@@ -389,10 +393,9 @@ def live(event: Event, world: World, jobs: list[int]) -> None:
     api = world.api
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     if event.kind == "phase":  # the workload's running pods drift (their replacements start anew)
-        usage = {"metadata": {"annotations": {USAGE_CPU: millicores(event.value)}}}
+        usage, held = {"metadata": {"annotations": {USAGE_CPU: millicores(event.value)}}}, world.held_nodes()
         for pod in list_pods(api):
-            held = pod["spec"].get("nodeName") in {node for node, _ in world.held_hot.values()}
-            if pod["metadata"].get("labels", {}).get("app") == event.target and not held:
+            if pod["metadata"].get("labels", {}).get("app") == event.target and pod["spec"].get("nodeName") not in held:
                 gone_is_fine(core.patch_namespaced_pod, pod["metadata"]["name"], NAMESPACE, usage)
     elif event.kind == "node_heat":  # the workload pods of the node they would make hottest drift hot
         pods, shares = list_pods(api), world.seen.samples[-1].shares

@@ -247,10 +247,10 @@ def _pending(seen: Observed, limits: Limits, violation: Any) -> None:
 
 def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, violation: Any) -> dict[str, list[str]]:
     """Returns, per invariant, the faults it cannot judge, each with why. A fault whose window to
-    show in runs past the run's end, unseen, is not judged. A clearing seen passes
-    however soon the run ends; one not seen is a violation only once its whole window was
-    watched (not if the run ended first) and no later fault set the same alert again in it.
-    Each window's clock stops while the API server is down, but for that outage's own fault."""
+    show in runs past the run's end, unseen, is not judged. A clearing seen passes however soon
+    the run ends; one not seen is a violation only once its whole window was watched (not if the
+    run ended first) and no later fault set the same alert again in it. Each window's clock
+    stops while the API server is down, but for that outage's own fault."""
     shown, cleared = (
         "a fault shows in /explain and its alert within 30 s",
         "a fault clears from /explain and its alert within 60 s of its end",
@@ -280,8 +280,9 @@ def _shown(seen: Observed, faults: list[Fault], limits: Limits, run_end: float, 
                 still.append((f"{replica}'s /explain still says so", explain_clear_by, False))
         if unseen and run_end < shown_by:
             unjudged.setdefault(shown, []).append(f"{fault.kind} (the run ended first)")
-        for what in unseen if run_end >= shown_by else ():
-            violation(shown, what)
+        else:
+            for what in unseen:
+                violation(shown, what)
         if not CLEARS.get(fault.kind, True):
             continue
         masked = [g for g in faults if g is not fault and fault.end < g.start <= clear_by and alert in sets(g.kind)]

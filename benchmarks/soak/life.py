@@ -6,7 +6,7 @@ every 45-120 s (each kind once, in a seeded order, then drawn at random), the la
 6 minutes before the end, the settling window. Its replica faults (the kills, the restart of
 both) come first and only once: the replicas then live the rest of the run. RSS is judged over
 10 minutes past a replica's warm-up, which lasts until its decision log holds its 256 pods
-(about 25 minutes of this life); kills drawn at random ended every incarnation sooner.
+(24 to 40 minutes of this life); kills drawn at random ended every incarnation sooner.
 `short` (tests/e2e/test_cluster_soak.py): 12 nodes and smaller Deployments (the same load per
 node), each fault kind exactly once with shorter outages, 1-2 s apart, and 35 s after the last:
 time for readiness to be back (30 s); a clearing not seen by then is reported as not judged.
